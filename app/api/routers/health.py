@@ -1,0 +1,42 @@
+"""Liveness, readiness and Prometheus metrics. No auth: bind them to an internal port in production."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.api.deps import ContainerDep
+from app.api.problems import PROBLEM_JSON, problem
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: the database answers and the engine is loaded",
+    responses={503: {"description": "Not ready", "content": {PROBLEM_JSON: {}}}},
+)
+async def readyz(container: ContainerDep) -> JSONResponse:
+    database = await container.db.ping()
+    slot = container.engine
+    engine = slot.ready
+    container.metrics.ready.set(1 if database and engine else 0)
+    checks = {
+        "database": "ok" if database else "unreachable",
+        "engine": "ok" if engine else (slot.error or "loading"),
+    }
+    if database and engine:
+        return JSONResponse({"status": "ready", "checks": checks, "engine": slot.engine.name})
+    body = problem(503, "not-ready", "Service not ready", "the database or the engine is not ready", checks=checks)
+    return JSONResponse(body, status_code=503, media_type=PROBLEM_JSON, headers={"Retry-After": "2"})
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(container: ContainerDep) -> Response:
+    return Response(generate_latest(container.metrics.registry), media_type=CONTENT_TYPE_LATEST)

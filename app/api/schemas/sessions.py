@@ -1,0 +1,140 @@
+"""Sessions: the stateful agent runtime."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.api.schemas.common import RequestModel
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
+
+
+class RetrievalConfig(RequestModel):
+    top_k: int = Field(default=5, ge=1, le=100)
+    min_similarity: float = Field(default=0.25, ge=-1.0, le=1.0)
+
+
+class ToolSpec(RequestModel):
+    name: Name
+    description: str = Field(default="", max_length=4000)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    kind: Literal["read_only", "consequential"] = "read_only"
+
+
+class SamplingConfig(RequestModel):
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=256, ge=1, le=4096)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=8)
+
+
+class SessionCreate(RequestModel):
+    system_prompt: str | None = Field(default=None, max_length=100_000)
+    memory_namespace: str | None = Field(default=None, min_length=1, max_length=200)
+    context_policy: Literal["full", "retrieval"] = "full"
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    checkpoint_policy: Literal["every_turn", "before_injections", "session_start"] = "every_turn"
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=64)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class SessionOut(BaseModel):
+    id: str
+    epoch: int
+    status: Literal["idle", "running", "forgetting"]
+    turns: int
+    token_count: int
+    pending_tool_calls: list[ToolCallOut] = Field(default_factory=list)
+    system_prompt: str | None = None
+    memory_namespace: str | None = None
+    context_policy: str = "full"
+    retrieval: RetrievalConfig | None = None
+    checkpoint_policy: str = "every_turn"
+    tools: list[ToolSpec] = Field(default_factory=list)
+    sampling: SamplingConfig | None = None
+
+
+class UserInput(RequestModel):
+    type: Literal["user"]
+    content: str = Field(max_length=200_000)
+
+
+class DocumentInput(RequestModel):
+    type: Literal["document"]
+    content: str = Field(max_length=200_000)
+    source: str | None = Field(default=None, max_length=2000)
+
+
+class ToolResultInput(RequestModel):
+    type: Literal["tool_result"]
+    tool_call_id: str = Field(min_length=1, max_length=64)
+    content: str = Field(max_length=200_000)
+
+
+TurnInput = Annotated[UserInput | DocumentInput | ToolResultInput, Field(discriminator="type")]
+
+
+class TurnRequest(RequestModel):
+    inputs: list[TurnInput] = Field(default_factory=list, max_length=64)
+    generate: bool = True
+    stream: bool = False
+
+
+class InputRef(BaseModel):
+    artifact_id: str
+
+
+class ReplyOut(BaseModel):
+    artifact_id: str
+    content: str
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)
+
+
+class UsageOut(BaseModel):
+    prompt_tokens: int
+    reused_tokens: int
+    prefill_tokens: int
+    decode_tokens: int
+
+
+class TurnOut(BaseModel):
+    turn: int
+    epoch: int
+    inputs: list[InputRef]
+    reply: ReplyOut | None
+    usage: UsageOut
+
+
+ArtifactKind = Literal[
+    "system", "memory", "user", "document", "tool_call", "tool_result", "assistant", "summary", "instruction"
+]
+
+
+class ArtifactOut(BaseModel):
+    id: str
+    kind: ArtifactKind
+    turn: int
+    content: str
+    token_span: tuple[int, int]
+    parents: list[str]
+    source_ids: list[str]
+    committed: bool
+
+
+class ArtifactList(BaseModel):
+    artifacts: list[ArtifactOut]
+
+
+class CompactRequest(RequestModel):
+    keep_last_turns: int = Field(default=2, ge=0, le=1000)
+    write_back: bool = False
+

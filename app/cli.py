@@ -1,0 +1,150 @@
+"""`lethe serve | migrate | tenant ... | openapi`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from app.settings import Settings
+
+T = TypeVar("T")
+
+cli = typer.Typer(help="Lethe: stateful LLM agent serving that can truly forget.", no_args_is_help=True)
+tenant_cli = typer.Typer(help="Tenants, API keys and webhook secrets.", no_args_is_help=True)
+cli.add_typer(tenant_cli, name="tenant")
+
+
+def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    from app.observability.logging import configure_logging
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"LETHE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        typer.echo(f"invalid configuration: {problems}", err=True)
+        raise typer.Exit(code=2) from None
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    return settings
+
+
+@cli.command()
+def serve() -> None:
+    """Apply migrations, then serve the API on LETHE_HOST:LETHE_PORT."""
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = _settings()
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
+        timeout_graceful_shutdown=30,
+    )
+
+
+@cli.command()
+def migrate() -> None:
+    """Apply database migrations up to the newest (also done at `lethe serve` start)."""
+    from app.db.migrate import upgrade_to_head_async
+    from app.db.session import resolve_database_url
+
+    settings = _settings()
+
+    async def run() -> None:
+        await upgrade_to_head_async(await resolve_database_url(settings))
+
+    asyncio.run(run())
+    typer.echo("database is at the newest migration")
+
+
+def _with_tenants(settings: Settings, action: Callable[..., Awaitable[T]]) -> T:
+    from app.db.migrate import upgrade_to_head_async
+    from app.db.session import Database, resolve_database_url
+    from app.tenants.service import TenantService
+
+    async def run() -> T:
+        url = await resolve_database_url(settings)
+        await upgrade_to_head_async(url)
+        db = Database(url, pool_size=1)
+        try:
+            return await action(TenantService(db))
+        finally:
+            await db.close()
+
+    return asyncio.run(run())
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code=1)
+
+
+@tenant_cli.command("create")
+def tenant_create(name: Annotated[str, typer.Argument(help="Unique tenant name.")]) -> None:
+    """Create a tenant and print its API key. The key is shown once and stored only as a hash."""
+    from app.errors import LetheError
+
+    try:
+        tenant_id, key = _with_tenants(_settings(), lambda svc: svc.create_tenant(name))
+    except LetheError as exc:
+        _fail(exc)
+        return
+    typer.echo(f"tenant {name} ({tenant_id})", err=True)
+    typer.echo(key)
+
+
+@tenant_cli.command("key")
+def tenant_key(name: Annotated[str, typer.Argument(help="Existing tenant name.")]) -> None:
+    """Issue an additional API key for a tenant and print it once."""
+    from app.errors import LetheError
+
+    try:
+        typer.echo(_with_tenants(_settings(), lambda svc: svc.add_api_key(name)))
+    except LetheError as exc:
+        _fail(exc)
+
+
+@tenant_cli.command("webhook-secret")
+def tenant_webhook_secret(
+    name: Annotated[str, typer.Argument(help="Existing tenant name.")],
+    secret: Annotated[str | None, typer.Option(help="Use this whsec_<base64> secret instead of a new one.")] = None,
+) -> None:
+    """Set or rotate the tenant's detector-webhook secret and print it once."""
+    from app.errors import LetheError
+
+    try:
+        typer.echo(_with_tenants(_settings(), lambda svc: svc.rotate_webhook_secret(name, secret)))
+    except (LetheError, ValueError) as exc:
+        _fail(exc)
+
+
+@cli.command()
+def openapi(
+    output: Annotated[Path, typer.Option(help="Where to write the spec.")] = Path("openapi.yaml"),
+    check: Annotated[bool, typer.Option(help="Exit 1 if the file differs from the app's spec.")] = False,
+) -> None:
+    """Write (or check) openapi.yaml from the app's routes."""
+    from app.openapi_spec import render_openapi_yaml
+
+    rendered = render_openapi_yaml()
+    if check:
+        if not output.exists() or output.read_text() != rendered:
+            typer.echo(f"{output} is out of date: run `lethe openapi`", err=True)
+            raise typer.Exit(code=1)
+        typer.echo(f"{output} is current")
+        return
+    output.write_text(rendered)
+    typer.echo(f"wrote {output}")
+
+
+def main() -> None:
+    try:
+        cli()
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)

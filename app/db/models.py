@@ -1,0 +1,233 @@
+"""The relational model. Alembic migrations in `migrations/` create exactly this; a test fails when they drift.
+
+Every row that a client can name belongs to one tenant, and every lookup filters on it: another tenant's id is
+indistinguishable from an unknown one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+EMBEDDING_DIM = 384
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _created_at() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
+    # Needed in the clear to verify HMAC signatures; never logged, never returned by the API.
+    webhook_secret: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
+    # SHA-256 of the key: keys are 32 random bytes, so a fast hash is enough and lookups stay one index probe.
+    key_sha256: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    label: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _created_at()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AgentSession(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (
+        CheckConstraint("context_policy IN ('full', 'retrieval')", name="context_policy"),
+        CheckConstraint(
+            "checkpoint_policy IN ('every_turn', 'before_injections', 'session_start')", name="checkpoint_policy"
+        ),
+        UniqueConstraint("tenant_id", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    status: Mapped[str] = mapped_column(String(20), nullable=False, default="idle")
+    system_prompt: Mapped[str | None] = mapped_column(Text)
+    memory_namespace: Mapped[str | None] = mapped_column(String(200))
+    context_policy: Mapped[str] = mapped_column(String(20), nullable=False, default="full")
+    checkpoint_policy: Mapped[str] = mapped_column(String(30), nullable=False, default="every_turn")
+    retrieval: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    tools: Mapped[list[Any]] = mapped_column(JSONB, nullable=False, default=list)
+    sampling: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    turns: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    token_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now(), onupdate=func.now()
+    )
+
+
+class Artifact(Base):
+    """One block of a session's prompt: its tokens tile the prompt, so a checkpoint is just a token offset."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        UniqueConstraint("session_id", "position"),
+        CheckConstraint("token_start >= 0 AND token_end >= token_start", name="token_span"),
+        Index("ix_artifacts_session_id_turn", "session_id", "turn"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    kind: Mapped[str] = mapped_column(String(20), nullable=False)
+    turn: Mapped[int] = mapped_column(Integer, nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    token_start: Mapped[int] = mapped_column(Integer, nullable=False)
+    token_end: Mapped[int] = mapped_column(Integer, nullable=False)
+    token_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=False, default=list)
+    source_ids: Mapped[list[str]] = mapped_column(ARRAY(String(40)), nullable=False, default=list)
+    committed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
+    created_at: Mapped[datetime] = _created_at()
+
+
+class ProvenanceEdge(Base):
+    """`parent` was in the context of the model call that produced `child`."""
+
+    __tablename__ = "provenance_edges"
+    __table_args__ = (Index("ix_provenance_edges_session_id_child_id", "session_id", "child_id"),)
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
+    parent_id: Mapped[str] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    child_id: Mapped[str] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    turn: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class Checkpoint(Base):
+    """Metadata only: restoring one is a crop of the cache to `token_offset`, never a tensor copy."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("session_id", "turn"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
+    turn: Mapped[int] = mapped_column(Integer, nullable=False)
+    token_offset: Mapped[int] = mapped_column(Integer, nullable=False)
+    env_snapshot_id: Mapped[str | None] = mapped_column(String(40))
+    manifest_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class MemoryRecord(Base):
+    """The head of one memory key: its newest version, which may be a tombstone (value NULL, forgotten true)."""
+
+    __tablename__ = "memory_records"
+    __table_args__ = (
+        CheckConstraint("version > 0", name="version_positive"),
+        CheckConstraint("NOT forgotten OR value IS NULL", name="tombstone_has_no_value"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    value: Mapped[Any | None] = mapped_column(JSONB)
+    forgotten: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    source: Mapped[str] = mapped_column(String(100), nullable=False)
+    updated_at: Mapped[datetime] = _created_at()
+
+
+class MemoryVersion(Base):
+    """History: one row per version. A forget nulls the value of every earlier version (no value, no hash)."""
+
+    __tablename__ = "memory_versions"
+    __table_args__ = (
+        CheckConstraint("op IN ('write', 'forget')", name="op"),
+        ForeignKeyConstraint(
+            ["tenant_id", "namespace", "key"],
+            ["memory_records.tenant_id", "memory_records.namespace", "memory_records.key"],
+            ondelete="CASCADE",
+        ),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    op: Mapped[str] = mapped_column(String(10), nullable=False)
+    value: Mapped[Any | None] = mapped_column(JSONB)
+    source: Mapped[str] = mapped_column(String(100), nullable=False)
+    at: Mapped[datetime] = _created_at()
+
+
+class ForgetJob(Base):
+    __tablename__ = "forget_jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed', 'needs_input')", name="status"
+        ),
+        Index("ix_forget_jobs_status_created_at", "status", "created_at"),
+        UniqueConstraint("tenant_id", "idempotency_key"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
+    status: Mapped[str] = mapped_column(String(20), nullable=False, default="queued")
+    strategy: Mapped[str] = mapped_column(String(40), nullable=False)
+    # The target as submitted; scrubbed of the forgotten text once the job succeeds.
+    target: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    receipt: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(100))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created_at()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookDelivery(Base):
+    """Standard Webhooks redelivery dedup: the same `webhook-id` answers the forget job it started first."""
+
+    __tablename__ = "webhook_deliveries"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    forget_id: Mapped[str | None] = mapped_column(ForeignKey("forget_jobs.id", ondelete="SET NULL"))
+    received_at: Mapped[datetime] = _created_at()

@@ -1,0 +1,1 @@
+"""Repositories own SQL: one module per aggregate, each function takes an AsyncSession."""

@@ -1,0 +1,119 @@
+"""The one interface every KV engine implements (hf, vllm, vllm-remote).
+
+An engine knows token ids and cache handles, nothing of sessions' meaning. A handle owns the session's *token
+log*: the exact token sequence its cache stands for. The cache is an optimisation over that log: an engine may
+evict it and rebuild it by prefilling the log, so correctness never depends on cache residency.
+
+Exactness contract (what forgetting relies on): if two handles hold the same log, built by the same sequence of
+calls (same chunks), then `generate` with the same `Sampling` and seed returns the same tokens. The runtime keeps
+every transition's work in the same chunks in a replay as in the original run: the closing tokens of a transition
+are prefilled before the transition ends, so a checkpoint offset is always a chunk boundary.
+
+Every call reports token accounting: replay cost is measured, never estimated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    reused: int = 0  # tokens whose KV came from cache (including a prefix-cache hit)
+    prefilled: int = 0  # prompt tokens whose KV was computed by this call
+    decoded: int = 0  # tokens sampled by this call
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(self.reused + other.reused, self.prefilled + other.prefilled, self.decoded + other.decoded)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int = 0  # the seed of *this generation*; the runtime derives it from (session seed, transition index)
+
+
+@dataclass(frozen=True)
+class Generation:
+    token_ids: list[int]  # sampled tokens, stop/eos token excluded
+    text: str
+    finish_reason: Literal["stop", "length"]
+    usage: TokenUsage
+
+
+@dataclass
+class CacheHandle:
+    """A session's place in an engine. `tokens` is the log; engines keep their cache state in `state`."""
+
+    session_key: str
+    salt: str | None = None  # isolates tenants' cache blocks (vLLM cache_salt); None shares
+    tokens: list[int] = field(default_factory=list)
+    state: object | None = None
+
+
+@runtime_checkable
+class ChatTemplate(Protocol):
+    """Renders chat messages one block at a time, so every artifact has an exact token span."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    def render_block(self, role: str, content: str) -> list[int]:
+        """A complete message block (header, content, end-of-turn) for role system/user/assistant/tool."""
+        ...
+
+    def assistant_header(self) -> list[int]:
+        """The tokens that open an assistant turn: the generation prompt."""
+        ...
+
+    def end_of_turn(self) -> list[int]:
+        """The tokens that close a turn after generated content (e.g. `<|im_end|>` and a newline)."""
+        ...
+
+    @property
+    def stop_token_ids(self) -> frozenset[int]: ...
+
+
+@runtime_checkable
+class KVEngine(Protocol):
+    name: str
+    model_id: str
+    chat: ChatTemplate
+
+    async def start(self) -> None:
+        """Load weights / connect. Never blocks the event loop."""
+        ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+    async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:
+        """A handle whose log is `tokens` (empty by default). Builds no cache yet: the next prefill does."""
+        ...
+
+    async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
+        """Append `token_ids` to the log and make the cache cover the whole log."""
+        ...
+
+    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+        """Sample a continuation of the log and append it (stop token excluded) to the log."""
+        ...
+
+    async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
+        """Keep the first `n_tokens` of the log and of the cache. Exact per token; O(1) in tensor copies."""
+        ...
+
+    async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
+        """A new handle with the same log (and, where the engine can, a shared or copied cache)."""
+        ...
+
+    async def release(self, handle: CacheHandle) -> None:
+        """Drop the handle's cache (the log stays with the caller)."""
+        ...

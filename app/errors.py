@@ -1,0 +1,88 @@
+"""Typed domain errors. Services raise these; the API layer maps them once to problem+json (app/api/errors.py).
+
+Each error carries its HTTP status, a stable `type` slug and optional extra members, so a client can branch on
+`type` instead of parsing `detail`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LetheError(Exception):
+    status: ClassVar[int] = 500
+    type_slug: ClassVar[str] = "internal-error"
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.headers = headers or {}
+        self.extra = extra
+
+
+class Unauthorized(LetheError):
+    status = 401
+    type_slug = "unauthorized"
+    title = "Missing or invalid credentials"
+
+
+class NotFound(LetheError):
+    status = 404
+    type_slug = "not-found"
+    title = "Not found"
+
+
+class Conflict(LetheError):
+    status = 409
+    type_slug = "conflict"
+    title = "Conflicting state"
+
+
+class SessionBusy(Conflict):
+    type_slug = "session-busy"
+    title = "Session is busy"
+
+
+class PreconditionFailed(LetheError):
+    status = 412
+    type_slug = "precondition-failed"
+    title = "Precondition failed"
+
+
+class PreconditionRequired(LetheError):
+    status = 428
+    type_slug = "precondition-required"
+    title = "Precondition required"
+
+
+class PayloadTooLarge(LetheError):
+    status = 413
+    type_slug = "payload-too-large"
+    title = "Payload too large"
+
+
+class InvalidRequest(LetheError):
+    """Well-formed JSON whose meaning is invalid (e.g. two forget targets). Malformed payloads are 422 too."""
+
+    status = 422
+    type_slug = "invalid-request"
+    title = "Invalid request"
+
+
+class RateLimited(LetheError):
+    status = 429
+    type_slug = "rate-limited"
+    title = "Too many requests"
+
+
+class NotImplementedYet(LetheError):
+    status = 501
+    type_slug = "not-implemented"
+    title = "Not implemented yet"
+
+
+class NotReady(LetheError):
+    status = 503
+    type_slug = "not-ready"
+    title = "Service not ready"

@@ -1,0 +1,28 @@
+"""Opaque, prefixed, time-ordered ids (`ses_`, `art_`, `call_`, `fgt_`, ...).
+
+48 bits of milliseconds then 80 random bits in lowercase Crockford base32: ids sort by creation time, which keeps
+B-tree inserts local, and carry no information a client could rely on beyond their prefix.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+PREFIXES = frozenset({"ten", "key", "ses", "art", "call", "fgt", "ckp", "env"})
+
+
+def new_id(prefix: str) -> str:
+    if prefix not in PREFIXES:
+        raise ValueError(f"unknown id prefix {prefix!r}")
+    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+    chars = []
+    for _ in range(26):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def has_prefix(value: str, prefix: str) -> bool:
+    return value.startswith(prefix + "_") and len(value) == len(prefix) + 27

@@ -1,0 +1,88 @@
+"""The ASGI app: `create_app()` wires routers, error mapping and middleware; the lifespan owns every resource."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api.problems import PROBLEM_JSON, install_problem_handlers
+from app.api.routers import forget, health, memory, sessions, webhooks
+from app.api.schemas.common import ProblemDetails
+from app.container import Container, EngineSlot
+from app.db.migrate import upgrade_to_head_async
+from app.db.session import Database, resolve_database_url
+from app.engine.protocol import KVEngine
+from app.observability.metrics import Metrics
+from app.observability.middleware import ObservabilityMiddleware
+from app.settings import Settings
+from app.tenants.service import TenantService
+
+log = logging.getLogger(__name__)
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "model": ProblemDetails, "content": {PROBLEM_JSON: {}}}
+
+
+V1_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: _problem("Missing or invalid API key"),
+    404: _problem("Unknown id, or one that belongs to another tenant"),
+    413: _problem("Body or prompt too large"),
+    422: _problem("Validation error"),
+}
+
+
+def create_app(settings: Settings | None = None, *, engine: KVEngine | None = None) -> FastAPI:
+    """Build the app. `engine` lets tests inject one; by default `LETHE_ENGINE` picks it at startup."""
+    settings = settings or Settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = await resolve_database_url(settings)
+        await upgrade_to_head_async(url)
+        db = Database(url, pool_size=settings.db_pool_size)
+        tenants = TenantService(db)
+        await tenants.bootstrap(settings)
+        if engine is None:
+            from app.engine.factory import build_engine  # heavy imports (torch) only when serving
+
+            chosen = build_engine(settings)
+        else:
+            chosen = engine
+        slot = EngineSlot(chosen)
+        container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
+        app.state.container = container
+        slot.task = asyncio.create_task(slot.load(), name="engine-load")
+        log.info("lethe started", extra={"engine": settings.engine.value, "version": __version__})
+        try:
+            yield
+        finally:
+            for task in [slot.task, *container.background]:
+                if task is not None and not task.done():
+                    task.cancel()
+            await asyncio.gather(*(t for t in [slot.task, *container.background] if t), return_exceptions=True)
+            await chosen.close()
+            await db.close()
+            log.info("lethe stopped")
+
+    app = FastAPI(
+        title="Lethe",
+        version=__version__,
+        summary="Stateful LLM agent serving that can truly forget.",
+        description="Execution-state unlearning for stateful agents: see ../shared/API.md for the contract.",
+        lifespan=lifespan,
+    )
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    for router in (sessions.router, forget.router, memory.router):
+        app.include_router(router, responses=V1_ERRORS)
+    app.include_router(webhooks.router, responses={401: _problem("Bad signature or stale timestamp")})
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    return app

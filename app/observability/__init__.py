@@ -1,0 +1,1 @@
+"""Metrics, structured logs and the request context they share."""

@@ -1,0 +1,70 @@
+"""Runtime configuration: every knob is a `LETHE_*` environment variable (or a `.env` file entry)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngineKind(StrEnum):
+    HF = "hf"
+    VLLM = "vllm"
+    VLLM_REMOTE = "vllm-remote"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LETHE_", env_file=".env", extra="ignore")
+
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="External PostgreSQL with pgvector (postgresql://...). Unset: embedded pgserver in data_dir.",
+    )
+    data_dir: Path = Field(default=Path(".lethe"), description="Embedded database, converted model, job scratch.")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    engine: EngineKind = EngineKind.HF
+    model: str | None = Field(default=None, description="A local HF model directory; unset: SmolLM2-135M-Instruct.")
+    model_cache_dir: Path | None = Field(
+        default=None, description="Where converted model weights live; unset: <data_dir>/models."
+    )
+    vllm_url: str | None = Field(default=None, description="Base URL of a `vllm serve` fleet (engine vllm-remote).")
+    bootstrap_api_key: SecretStr | None = None
+    bootstrap_webhook_secret: SecretStr | None = None
+    log_level: str = "INFO"
+    log_json: bool = True
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Request bodies above this answer 413.")
+    db_pool_size: int = Field(default=10, ge=1)
+
+    @field_validator("bootstrap_webhook_secret")
+    @classmethod
+    def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            decode_webhook_secret(value.get_secret_value())
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper_level(cls, value: str) -> str:
+        return value.upper()
+
+    @property
+    def resolved_model_cache_dir(self) -> Path:
+        return self.model_cache_dir or self.data_dir / "models"
+
+
+def decode_webhook_secret(secret: str) -> bytes:
+    """Standard Webhooks secrets are `whsec_<base64>`; anything else is a configuration error."""
+    if not secret.startswith("whsec_"):
+        raise ValueError("webhook secret must have the Standard Webhooks form whsec_<base64>")
+    try:
+        raw = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except binascii.Error as exc:
+        raise ValueError("webhook secret is not valid base64 after whsec_") from exc
+    if len(raw) < 16:
+        raise ValueError("webhook secret must hold at least 16 bytes")
+    return raw

@@ -1,0 +1,103 @@
+"""Tenant administration and request authentication.
+
+API keys are 32 random bytes shown once at creation; only their SHA-256 is stored. Because the key is
+high-entropy a plain hash is as strong as a slow KDF here, and it keeps authentication to one indexed lookup.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from app.db.repositories import tenants as repo
+from app.db.session import Database
+from app.errors import Conflict, NotFound, Unauthorized
+from app.settings import Settings, decode_webhook_secret
+
+DEFAULT_TENANT = "default"
+KEY_PREFIX = "lethe_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: every query of the request is scoped to this tenant."""
+
+    tenant_id: str
+
+
+def hash_key(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def generate_api_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def generate_webhook_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+class TenantService:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise Unauthorized("send Authorization: Bearer <api key>")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("send Authorization: Bearer <api key>")
+        async with self.db.transaction() as session:
+            tenant_id = await repo.tenant_for_key(session, hash_key(token))
+        if tenant_id is None:
+            raise Unauthorized("unknown or revoked API key")
+        return Principal(tenant_id=tenant_id)
+
+    async def create_tenant(self, name: str) -> tuple[str, str]:
+        """Create a tenant and its first API key; returns (tenant id, key). The key is never retrievable again."""
+        api_key = generate_api_key()
+        async with self.db.transaction() as session:
+            tenant = await repo.create(session, name)
+            if tenant is None:
+                raise Conflict(f"tenant {name!r} already exists")
+            await repo.add_key(session, tenant.id, hash_key(api_key), label="created by lethe tenant create")
+        return tenant.id, api_key
+
+    async def add_api_key(self, name: str) -> str:
+        api_key = generate_api_key()
+        async with self.db.transaction() as session:
+            tenant = await repo.get_by_name(session, name)
+            if tenant is None:
+                raise NotFound(f"no tenant {name!r}")
+            await repo.add_key(session, tenant.id, hash_key(api_key), label="created by lethe tenant key")
+        return api_key
+
+    async def rotate_webhook_secret(self, name: str, secret: str | None = None) -> str:
+        secret = secret or generate_webhook_secret()
+        decode_webhook_secret(secret)
+        async with self.db.transaction() as session:
+            tenant = await repo.get_by_name(session, name)
+            if tenant is None:
+                raise NotFound(f"no tenant {name!r}")
+            await repo.set_webhook_secret(session, tenant.id, secret)
+        return secret
+
+    async def bootstrap(self, settings: Settings) -> None:
+        """Register tenant `default` with the bootstrap key and secret; idempotent across restarts and processes."""
+        if settings.bootstrap_api_key is None and settings.bootstrap_webhook_secret is None:
+            return
+        async with self.db.transaction() as session:
+            tenant = await repo.ensure(session, DEFAULT_TENANT)
+            if settings.bootstrap_api_key is not None:
+                key = settings.bootstrap_api_key.get_secret_value()
+                await repo.add_key(session, tenant.id, hash_key(key), label="bootstrap")
+            if settings.bootstrap_webhook_secret is not None:
+                await repo.set_webhook_secret(session, tenant.id, settings.bootstrap_webhook_secret.get_secret_value())
+
+    async def webhook_secret(self, tenant_id: str) -> str | None:
+        async with self.db.transaction() as session:
+            tenant = await repo.get(session, tenant_id)
+        return None if tenant is None else tenant.webhook_secret

@@ -1,0 +1,103 @@
+"""Shared fixtures: one embedded PostgreSQL per test run, and a real HTTP server running the real app.
+
+Everything here is real: pgserver's PostgreSQL 16 with pgvector, uvicorn on a loopback port, httpx as the client.
+The converted model is cached under .lethe/models in the checkout so only the first run pays for the conversion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from app.db.embedded import start_embedded_postgres
+from app.main import create_app
+from app.settings import Settings
+from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, free_port
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lethe-data")
+
+
+@pytest.fixture(scope="session")
+def database_url(data_dir: Path) -> str:
+    """The embedded PostgreSQL shared by the whole run (stopped at interpreter exit by pgserver)."""
+    return start_embedded_postgres(data_dir)
+
+
+def make_settings(data_dir: Path, database_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "model_cache_dir": MODEL_CACHE,
+        "bootstrap_api_key": BOOTSTRAP_KEY,
+        "bootstrap_webhook_secret": WEBHOOK_SECRET,
+        "log_json": True,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+
+
+class LiveServer:
+    """uvicorn serving an app in a thread with its own event loop, like a separate process would."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self._poll = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+
+    def start(self, ready_timeout: float = 300) -> None:
+        self.thread.start()
+        with httpx.Client(base_url=self.base_url, timeout=5) as client:
+            deadline = time.monotonic() + ready_timeout
+            while time.monotonic() < deadline:
+                if not self.thread.is_alive():
+                    raise RuntimeError("the test server exited during startup")
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                self._poll.wait(0.2)  # polling readiness, as a client would
+        raise RuntimeError("the test server did not become ready")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def live_server(data_dir: Path, database_url: str) -> Iterator[LiveServer]:
+    server = LiveServer(make_settings(data_dir, database_url))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {BOOTSTRAP_KEY}"}
+    with httpx.Client(base_url=live_server.base_url, headers=headers, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture
+def anon(live_server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_server.base_url, timeout=120) as c:
+        yield c
