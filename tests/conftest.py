@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 
 from app.db.embedded import start_embedded_postgres
+from app.engine.protocol import KVEngine
 from app.main import create_app
 from app.settings import Settings
 from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, free_port
@@ -53,14 +54,27 @@ def make_settings(data_dir: Path, database_url: str, **overrides: object) -> Set
 class LiveServer:
     """uvicorn serving an app in a thread with its own event loop, like a separate process would."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, engine: KVEngine | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.app = create_app(settings)
+        self.app = create_app(settings, engine=engine)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on")
         self.server = uvicorn.Server(config)
         self._poll = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+
+    def start_without_waiting(self) -> None:
+        self.thread.start()
+
+    def wait_listening(self, client: httpx.Client, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                client.get("/healthz")
+                return
+            except httpx.TransportError:
+                self._poll.wait(0.1)
+        raise RuntimeError("the test server is not listening")
 
     def start(self, ready_timeout: float = 300) -> None:
         self.thread.start()

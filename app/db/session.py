@@ -17,7 +17,8 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 10) -> None:
         self.url = to_async_url(url)
         self.engine: AsyncEngine = create_async_engine(
-            self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            # hide_parameters: a failing statement must not put memory values or artifact text into the log.
+            self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, hide_parameters=True
         )
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 

@@ -1,0 +1,151 @@
+"""Memory records with versioned tombstones: HTTP in and out; the rules live in app/memory/service.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+
+from app.api.deps import ContainerDep, PrincipalDep
+from app.api.problems import PROBLEM_JSON
+from app.api.schemas.common import ProblemDetails
+from app.api.schemas.memory import (
+    KEY_PATTERN,
+    NAMESPACE_PATTERN,
+    SOURCE_PATTERN,
+    BatchOut,
+    BatchRequest,
+    BatchResult,
+    HistoryEntry,
+    HistoryOut,
+    KeyList,
+    MemoryForgetOut,
+    MemoryRecordOut,
+    MemoryWrite,
+    MemoryWriteOut,
+)
+from app.memory.service import MemoryService, WriteOutcome, WriteRequest
+from app.memory.validation import base_version_from_headers, etag
+
+router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "model": ProblemDetails, "content": {PROBLEM_JSON: {}}}
+
+
+STALE: dict[int | str, dict[str, Any]] = {
+    412: _problem("Stale version: `current_version` and `forgotten` say where the key stands"),
+}
+PRECONDITIONS: dict[int | str, dict[str, Any]] = {**STALE, 428: _problem("PUT without If-Match or If-None-Match")}
+
+Namespace = Annotated[str, Path(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)]
+Key = Annotated[str, Path(min_length=1, max_length=200, pattern=KEY_PATTERN)]
+
+
+def get_memory(container: ContainerDep) -> MemoryService:
+    # Stateless over the shared engine, so one per request costs nothing; the forget cascade will be injected here.
+    return MemoryService(container.db)
+
+
+MemoryDep = Annotated[MemoryService, Depends(get_memory)]
+
+
+@router.post("/{namespace}:batch", response_model=BatchOut, summary="Batch of conditional writes", responses=STALE)
+async def batch_write(namespace: Namespace, body: BatchRequest, principal: PrincipalDep, memory: MemoryDep) -> BatchOut:
+    writes = [WriteRequest(key=w.key, value=w.value, base_version=w.base_version, source=w.source) for w in body.writes]
+    outcomes = await memory.batch(principal.tenant_id, namespace, writes, atomic=body.atomic)
+    results = [
+        BatchResult(key=o.key, status=201 if o.created else 200, version=o.version, current_version=o.version)
+        if isinstance(o, WriteOutcome)
+        else BatchResult(key=o.key, status=412, current_version=o.current_version, forgotten=o.forgotten)
+        for o in outcomes
+    ]
+    return BatchOut(results=results)
+
+
+@router.get("/{namespace}", response_model=KeyList, summary="Live keys of a namespace")
+async def list_keys(
+    namespace: Namespace,
+    principal: PrincipalDep,
+    memory: MemoryDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+) -> KeyList:
+    keys, next_cursor = await memory.list_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit)
+    return KeyList(keys=keys, next_cursor=next_cursor)
+
+
+@router.get("/{namespace}/{key}", response_model=MemoryRecordOut, summary="Read a record")
+async def read_record(
+    namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep, response: Response
+) -> MemoryRecordOut:
+    head = await memory.read(principal.tenant_id, namespace, key)
+    response.headers["ETag"] = etag(head.version)
+    return MemoryRecordOut(
+        namespace=namespace,
+        key=key,
+        value=head.value,
+        version=head.version,
+        source=head.source,
+        updated_at=head.updated_at,
+    )
+
+
+@router.put("/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write", responses=PRECONDITIONS)
+async def write_record(
+    namespace: Namespace,
+    key: Key,
+    body: MemoryWrite,
+    principal: PrincipalDep,
+    memory: MemoryDep,
+    response: Response,
+    if_match: Annotated[
+        str | None, Header(description='"<version you read>"; the tombstone version re-establishes a forgotten key')
+    ] = None,
+    if_none_match: Annotated[str | None, Header(description="* creates a key that was never written")] = None,
+) -> MemoryWriteOut:
+    base = base_version_from_headers(if_match, if_none_match)
+    outcome = await memory.write(
+        principal.tenant_id, namespace, key, value=body.value, source=body.source, base_version=base
+    )
+    response.status_code = 201 if outcome.created else 200
+    response.headers["ETag"] = etag(outcome.version)
+    return MemoryWriteOut(
+        namespace=namespace, key=key, version=outcome.version, created=outcome.created, updated_at=outcome.updated_at
+    )
+
+
+@router.delete("/{namespace}/{key}", response_model=MemoryForgetOut, summary="Forget: write a tombstone")
+async def forget_record(
+    namespace: Namespace,
+    key: Key,
+    principal: PrincipalDep,
+    memory: MemoryDep,
+    response: Response,
+    source: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=100,
+            pattern=SOURCE_PATTERN,
+            description="Recorded on the tombstone's history entry",
+        ),
+    ] = "user",
+) -> MemoryForgetOut:
+    outcome = await memory.forget(principal.tenant_id, namespace, key, source=source)
+    response.headers["ETag"] = etag(outcome.version)
+    return MemoryForgetOut(
+        version=outcome.version, forget_id=outcome.forget_id, already_forgotten=outcome.already_forgotten
+    )
+
+
+@router.get("/{namespace}/{key}/history", response_model=HistoryOut, summary="Versions without forgotten values")
+async def record_history(namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep) -> HistoryOut:
+    items = await memory.history(principal.tenant_id, namespace, key)
+    return HistoryOut(
+        versions=[
+            HistoryEntry(version=i.version, op=i.op, source=i.source, at=i.at, value=i.value, erased=i.erased)
+            for i in items
+        ]
+    )

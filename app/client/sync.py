@@ -1,0 +1,153 @@
+"""`LetheClient`: the blocking Python client (httpx)."""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from app.client import _calls as calls
+from app.client import _flows as flows
+from app.client._calls import BatchItem, Call, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from app.client.errors import LetheAPIError, raise_for_problem
+
+T = TypeVar("T")
+
+
+class LetheClient:
+    """Every method raises a typed `LetheAPIError` subclass for a non-2xx answer (see app/client/errors.py)."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 60.0, http: httpx.Client | None = None) -> None:
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self._auth = {"Authorization": f"Bearer {api_key}"}
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LetheClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, call: Call[T]) -> T:
+        response = self._http.request(
+            call.method, call.path, json=call.json, params=call.params, headers={**self._auth, **call.headers}
+        )
+        raise_for_problem(response)
+        return call.parse(response)
+
+    def _drive(self, flow: flows.Flow[T]) -> T:
+        try:
+            step = next(flow)
+            while True:
+                if isinstance(step, flows.Sleep):
+                    time.sleep(step.seconds)
+                    step = flow.send(None)
+                    continue
+                try:
+                    result = self._run(step)
+                except LetheAPIError as error:
+                    step = flow.throw(error)
+                else:
+                    step = flow.send(result)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+
+    # ---- memory ------------------------------------------------------------------------------------------------
+
+    def get(self, namespace: str, key: str) -> MemoryRecord:
+        """Raises Forgotten (with the tombstone `version`) or NotFound (`version` 0)."""
+        return self._run(calls.get(namespace, key))
+
+    def put(
+        self,
+        namespace: str,
+        key: str,
+        value: Any,
+        *,
+        if_match: int | None = None,
+        if_none_match: bool = False,
+        source: str = "user",
+    ) -> WriteResult:
+        """Conditional write: `if_match` is the version you read (the tombstone's to re-establish a forgotten key);
+        `if_none_match=True` creates a key that was never written. A stale version raises PreconditionFailed."""
+        return self._run(
+            calls.put(namespace, key, value, source=source, if_match=if_match, if_none_match=if_none_match)
+        )
+
+    def forget(self, namespace: str, key: str, *, source: str = "user") -> ForgetResult:
+        """Tombstone the key; returns once the tombstone is committed. Idempotent."""
+        return self._run(calls.forget(namespace, key, source=source))
+
+    def batch(
+        self, namespace: str, writes: Sequence[Mapping[str, Any]], *, atomic: bool = True
+    ) -> builtins.list[BatchItem]:
+        """writes: [{"key", "value", "base_version", "source"?}]. Atomic: any conflict raises PreconditionFailed
+        (its `conflicts` lists them) and nothing is written; otherwise each item says 200/201/412."""
+        return self._run(calls.batch(namespace, writes, atomic=atomic))
+
+    def list(self, namespace: str, *, limit: int = 100, cursor: str | None = None) -> KeyPage:
+        return self._run(calls.list_keys(namespace, limit=limit, cursor=cursor))
+
+    def history(self, namespace: str, key: str) -> builtins.list[HistoryEntry]:
+        return self._run(calls.history(namespace, key))
+
+    def safe_forget_then_write(
+        self, namespace: str, key: str, value: Any, source: str = "user_correction"
+    ) -> WriteResult:
+        return self._drive(flows.safe_forget_then_write(namespace, key, value, source=source))
+
+    def confirm_forget(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        attempts: int = 3,
+        interval: float = 0.5,
+        confirmations: int = 2,
+        source: str = "user",
+    ) -> int:
+        return self._drive(
+            flows.confirm_forget(
+                namespace, key, attempts=attempts, interval=interval, confirmations=confirmations, source=source
+            )
+        )
+
+    # ---- sessions and forget jobs ------------------------------------------------------------------------------
+
+    def create_session(self, **fields: Any) -> dict[str, Any]:
+        return self._run(calls.create_session(fields))
+
+    def get_session(self, session_id: str) -> dict[str, Any]:
+        return self._run(calls.get_session(session_id))
+
+    def post_turn(
+        self, session_id: str, inputs: Sequence[Mapping[str, Any]], *, generate: bool = True
+    ) -> dict[str, Any]:
+        return self._run(calls.post_turn(session_id, inputs, generate=generate))
+
+    def list_artifacts(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        return self._run(calls.list_artifacts(session_id))
+
+    def create_forget(
+        self,
+        target: Mapping[str, Any],
+        *,
+        strategy: str = "selective_replay",
+        dry_run: bool = False,
+        wait: bool = False,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """POST /v1/forget (named apart from `forget`, which tombstones a memory key)."""
+        return self._run(calls.create_forget(target, strategy=strategy, dry_run=dry_run, wait=wait, reason=reason))
+
+    def get_forget(self, forget_id: str) -> dict[str, Any]:
+        return self._run(calls.get_forget(forget_id))
+
+    def wait_forget(self, forget_id: str, *, timeout_s: float = 600.0, interval: float = 0.5) -> dict[str, Any]:
+        return self._drive(flows.wait_forget(forget_id, timeout_s=timeout_s, interval=interval))

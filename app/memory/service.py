@@ -1,0 +1,341 @@
+"""Versioned memory records with durable tombstones: the rules of ../shared/API.md "Memory".
+
+Every key has a version that only grows. A write names the version it is based on (0: the key was never written)
+and lands only if the key is still at that version; a forget is a tombstone *version*, so a write based on anything
+older than the tombstone can never land, however late it arrives. Re-establishing a forgotten key needs the tombstone
+version: the writer proves it saw the forget.
+
+Forgetting a never-written key writes tombstone version 1 rather than doing nothing: the user asked for the fact to
+be gone, and a stale "create if absent" (base 0) issued before the forget must not land after it.
+
+All SQL lives in `app.memory.repository`; this module decides what a result means and raises typed errors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.session import Database
+from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from app.memory import repository as repo
+from app.memory.repository import Head, State, VersionRow, Written
+from app.memory.validation import (
+    check_key,
+    check_namespace,
+    check_source,
+    check_value,
+    decode_cursor,
+    encode_cursor,
+    etag,
+)
+
+log = logging.getLogger(__name__)
+
+_TOMBSTONE_RETRIES = 8
+
+
+class Forgotten(NotFound):
+    """A 404 that says the key existed and was forgotten, with the tombstone version as `version` and ETag."""
+
+    type_slug = "memory-forgotten"
+    title = "Forgotten"
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    key: str
+    value: Any
+    base_version: int  # 0: create a never-written key
+    source: str
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    key: str
+    version: int
+    created: bool
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A write of a non-atomic batch that did not land."""
+
+    key: str
+    current_version: int
+    forgotten: bool
+
+
+@dataclass(frozen=True)
+class ForgetOutcome:
+    version: int
+    forget_id: str | None
+    already_forgotten: bool
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    version: int
+    op: Literal["write", "forget"]
+    source: str
+    at: datetime
+    value: Any
+    erased: bool  # a write whose value a later forget removed
+
+
+class ForgetCascade(Protocol):
+    """The seam for the cascade into sessions (the forget job that replays every session the record reached).
+
+    Called inside the tombstone's transaction, so the job is enqueued if and only if the tombstone commits
+    (a transactional outbox). Returns the job id (`fgt_...`) that DELETE answers as `forget_id`.
+    """
+
+    async def enqueue(
+        self, session: AsyncSession, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+    ) -> str | None: ...
+
+
+class NoCascade:
+    """Until forget jobs exist: nothing to enqueue, so DELETE answers `forget_id: null`."""
+
+    async def enqueue(
+        self, session: AsyncSession, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+    ) -> str | None:
+        return None
+
+
+def _lands(state: State | None, base: int) -> bool:
+    """Whether a write based on `base` would land on a key in `state` (None: never written)."""
+    version = 0 if state is None else state.version
+    return version == base
+
+
+class MemoryService:
+    def __init__(self, db: Database, *, cascade: ForgetCascade | None = None) -> None:
+        self.db = db
+        self.cascade: ForgetCascade = cascade or NoCascade()
+
+    async def read(self, tenant_id: str, namespace: str, key: str) -> Head:
+        check_namespace(namespace)
+        check_key(key)
+        async with self.db.transaction() as session:
+            head = await repo.get_head(session, tenant_id, namespace, key)
+        if head is None:
+            raise NotFound("this key was never written", version=0, forgotten=False, headers={"ETag": etag(0)})
+        if head.forgotten:
+            version = head.version
+            raise Forgotten("this key was forgotten", version=version, forgotten=True, headers={"ETag": etag(version)})
+        return head
+
+    async def write(
+        self, tenant_id: str, namespace: str, key: str, *, value: Any, source: str, base_version: int
+    ) -> WriteOutcome:
+        check_namespace(namespace)
+        self._check_write(WriteRequest(key=key, value=value, base_version=base_version, source=source))
+        async with self.db.transaction() as session:
+            written = await self._attempt(session, tenant_id, namespace, key, base_version, value, source)
+        if written is None:
+            state = await self._state(tenant_id, namespace, key)
+            raise PreconditionFailed(
+                f"the key is at version {state.version}, not {base_version}"
+                + (
+                    ": it was forgotten; re-establish it with If-Match of the tombstone version"
+                    if state.forgotten
+                    else ""
+                ),
+                current_version=state.version,
+                forgotten=state.forgotten,
+                headers={"ETag": etag(state.version)},
+            )
+        return WriteOutcome(key=key, version=written.version, created=base_version == 0, updated_at=written.updated_at)
+
+    async def forget(self, tenant_id: str, namespace: str, key: str, *, source: str = "user") -> ForgetOutcome:
+        """Tombstone the key; returns only after the tombstone (and the erasure of every earlier value) committed."""
+        check_namespace(namespace)
+        check_key(key)
+        check_source(source)
+        async with self.db.transaction() as session:
+            for _ in range(_TOMBSTONE_RETRIES):
+                tomb = await repo.tombstone(session, tenant_id, namespace, key, source=source)
+                if tomb is not None:
+                    version = tomb.version
+                    erased = await repo.erase_history(session, tenant_id, namespace, key, tombstone=tomb, source=source)
+                    # The cascade seam: the forget job for every session this record was injected into.
+                    forget_id = await self.cascade.enqueue(
+                        session, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=version
+                    )
+                    outcome = ForgetOutcome(version=version, forget_id=forget_id, already_forgotten=False)
+                    break
+                state = await repo.locked_state(session, tenant_id, namespace, key)
+                if state is not None and state.forgotten:
+                    # Idempotent: the same tombstone answers again. Its job (if any) was enqueued the first time.
+                    outcome = ForgetOutcome(version=state.version, forget_id=None, already_forgotten=True)
+                    erased = 0
+                    break
+                # Re-established between the two statements: tombstone the new version.
+            else:  # pragma: no cover - needs a writer re-establishing the key faster than we can lock it, 8 times
+                raise Conflict("the key kept changing while it was being forgotten; retry")
+        log.info(
+            "memory key forgotten",
+            extra={
+                "namespace": namespace,
+                "key": key,
+                "version": outcome.version,
+                "already_forgotten": outcome.already_forgotten,
+                "erased_versions": erased,
+            },
+        )
+        return outcome
+
+    async def batch(
+        self, tenant_id: str, namespace: str, writes: Sequence[WriteRequest], *, atomic: bool
+    ) -> list[WriteOutcome | Rejected]:
+        check_namespace(namespace)
+        for write in writes:
+            self._check_write(write)
+        if atomic:
+            return list(await self._atomic_batch(tenant_id, namespace, writes))
+        results: list[WriteOutcome | Rejected] = []
+        for w in writes:  # each write is its own transaction: independent, and no lock outlives its statement
+            async with self.db.transaction() as session:
+                written = await self._attempt(session, tenant_id, namespace, w.key, w.base_version, w.value, w.source)
+            if written is None:
+                state = await self._state(tenant_id, namespace, w.key)
+                results.append(Rejected(key=w.key, current_version=state.version, forgotten=state.forgotten))
+            else:
+                results.append(
+                    WriteOutcome(
+                        key=w.key, version=written.version, created=w.base_version == 0, updated_at=written.updated_at
+                    )
+                )
+        return results
+
+    async def list_keys(
+        self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int
+    ) -> tuple[list[str], str | None]:
+        check_namespace(namespace)
+        after = None if cursor is None else decode_cursor(cursor)
+        async with self.db.transaction() as session:
+            keys = await repo.live_keys(session, tenant_id, namespace, after=after, limit=limit + 1)
+        if len(keys) > limit:  # one extra row tells whether another page exists without a COUNT
+            keys = keys[:limit]
+            return keys, encode_cursor(keys[-1])
+        return keys, None
+
+    async def history(self, tenant_id: str, namespace: str, key: str) -> list[HistoryItem]:
+        check_namespace(namespace)
+        check_key(key)
+        async with self.db.transaction() as session:
+            rows = await repo.history(session, tenant_id, namespace, key)
+        if not rows:
+            raise NotFound("this key was never written", version=0, forgotten=False)
+        last_tombstone = max((r.version for r in rows if r.op == "forget"), default=0)
+        return [self._history_item(r, last_tombstone) for r in rows]
+
+    # ---- internals --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _history_item(row: VersionRow, last_tombstone: int) -> HistoryItem:
+        # The forget already nulled these values in the database; masking again keeps the rule in one visible place.
+        op: Literal["write", "forget"] = "forget" if row.op == "forget" else "write"
+        visible = op == "write" and row.version > last_tombstone
+        return HistoryItem(
+            version=row.version,
+            op=op,
+            source=row.source,
+            at=row.at,
+            value=row.value if visible else None,
+            erased=op == "write" and not visible,
+        )
+
+    @staticmethod
+    def _check_write(write: WriteRequest) -> None:
+        check_key(write.key)
+        check_source(write.source)
+        check_value(write.value)
+        if write.base_version < 0:
+            raise InvalidRequest("base_version must be 0 (create) or a version you read")
+
+    @staticmethod
+    async def _attempt(
+        session: AsyncSession, tenant_id: str, namespace: str, key: str, base: int, value: Any, source: str
+    ) -> Written | None:
+        if base == 0:
+            return await repo.create_if_absent(session, tenant_id, namespace, key, value=value, source=source)
+        return await repo.write_if_version(session, tenant_id, namespace, key, base=base, value=value, source=source)
+
+    async def _state(self, tenant_id: str, namespace: str, key: str) -> State:
+        """Where a key stands after a rejected write; a fresh snapshot, so it sees the write that beat ours."""
+        async with self.db.transaction() as session:
+            found = await repo.states(session, tenant_id, namespace, [key])
+        return found.get(key, State(version=0, forgotten=False))
+
+    async def _atomic_batch(
+        self, tenant_id: str, namespace: str, writes: Sequence[WriteRequest]
+    ) -> list[WriteOutcome | Rejected]:
+        # Apply in key order (stable, so one key's writes keep their request order): every atomic batch then locks
+        # rows in the same global order, and two batches over the same keys cannot deadlock.
+        order = sorted(range(len(writes)), key=lambda i: writes[i].key)
+        results: dict[int, WriteOutcome] = {}
+        failed: int | None = None
+        try:
+            async with self.db.transaction() as session:
+                for i in order:
+                    w = writes[i]
+                    written = await self._attempt(
+                        session, tenant_id, namespace, w.key, w.base_version, w.value, w.source
+                    )
+                    if written is None:
+                        failed = i
+                        raise _AbortBatch  # rolls the whole transaction back
+                    results[i] = WriteOutcome(
+                        key=w.key, version=written.version, created=w.base_version == 0, updated_at=written.updated_at
+                    )
+        except _AbortBatch:
+            assert failed is not None
+            conflicts = await self._batch_conflicts(tenant_id, namespace, writes, failed)
+            raise PreconditionFailed(
+                "the batch was rejected whole, nothing was written: "
+                f"{len(conflicts)} write(s) are based on a version the key no longer has",
+                conflicting_keys=sorted({c["key"] for c in conflicts}),
+                conflicts=conflicts,
+            ) from None
+        return [results[i] for i in range(len(writes))]
+
+    async def _batch_conflicts(
+        self, tenant_id: str, namespace: str, writes: Sequence[WriteRequest], failed: int
+    ) -> list[dict[str, Any]]:
+        """Every write of a rejected atomic batch that would not land, replaying the batch against current state.
+
+        The batch aborted at its first conflict; reporting only that one would make a client retry once per stale
+        key. Replaying in request order lets a batch that writes one key twice (base v, then v+1) not flag itself.
+        """
+        async with self.db.transaction() as session:
+            current = await repo.states(session, tenant_id, namespace, sorted({w.key for w in writes}))
+        simulated: dict[str, State | None] = {w.key: current.get(w.key) for w in writes}
+        conflicts: list[dict[str, Any]] = []
+        for i, w in enumerate(writes):
+            state = simulated[w.key]
+            if _lands(state, w.base_version) and i != failed:
+                simulated[w.key] = State(version=w.base_version + 1, forgotten=False)
+                continue
+            conflicts.append(
+                {
+                    "index": i,
+                    "key": w.key,
+                    "base_version": w.base_version,
+                    "current_version": 0 if state is None else state.version,
+                    "forgotten": False if state is None else state.forgotten,
+                }
+            )
+        return conflicts
+
+
+class _AbortBatch(Exception):
+    """Internal: a write of an atomic batch did not land."""

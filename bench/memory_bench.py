@@ -1,0 +1,217 @@
+"""Memory API load: 32 concurrent clients mixing reads, conditional writes and forgets against a real `lethe serve`.
+
+    python -m bench.memory_bench [--clients 32] [--duration 30] [--keys 256]
+
+Starts `.venv/bin/lethe serve` itself (embedded PostgreSQL in a temp dir, the converted model from .lethe/models),
+drives it over HTTP for a fixed time, then prints throughput and p50/p99 latency per operation and how many writes
+were rejected as stale (412), those rejected by a tombstone among them. Any 5xx fails the run.
+
+Clients behave like agents: each remembers the version it last saw of a key and writes based on it, so with many
+clients on a few hundred keys a good share of writes are stale, and some are based on a version from before a
+forget: exactly the writes the tombstones must reject.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+API_KEY = "bench-key-" + "0" * 24
+NAMESPACES = ["user-1", "user-2", "user-3", "user-4"]
+MIX = (("read", 0.6), ("write", 0.3), ("forget", 0.1))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(ready_s: float = 300) -> Iterator[tuple[str, Path]]:
+    """`lethe serve` in its own process group on a free port; yields its base URL and log, stops it on exit."""
+    data = Path(tempfile.mkdtemp(prefix="lethe-bench-"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "LETHE_DATA_DIR": str(data),
+        "LETHE_HOST": "127.0.0.1",
+        "LETHE_PORT": str(port),
+        "LETHE_BOOTSTRAP_API_KEY": API_KEY,
+        "LETHE_MODEL_CACHE_DIR": str(ROOT / ".lethe" / "models"),
+        "LETHE_LOG_LEVEL": "WARNING",  # one access line per request would cost the server more than the work
+        "HF_HUB_OFFLINE": "1",
+    }
+    log = open(data / "server.log", "w")  # noqa: SIM115 - closed in finally, after the process is gone
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "lethe"), "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_s
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"lethe serve exited with {proc.returncode}; see {data / 'server.log'}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"lethe serve not ready after {ready_s:.0f}s")
+            time.sleep(0.5)  # waiting for a separate process to come up: nothing to wait on but the clock
+        yield base, data / "server.log"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@dataclass
+class Stats:
+    latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    statuses: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+    stale_rejected: int = 0
+    rejected_by_tombstone: int = 0
+    transport_errors: list[str] = field(default_factory=list)
+
+    def record(self, op: str, status: int, seconds: float) -> None:
+        self.latency[op].append(seconds)
+        self.statuses[op][status] += 1
+
+
+async def seed(client: httpx.AsyncClient, keys: list[str]) -> None:
+    for ns in NAMESPACES:
+        writes = [{"key": k, "value": {"fact": k, "v": 0}, "base_version": 0, "source": "user"} for k in keys]
+        r = await client.post(f"/v1/memory/{ns}:batch", json={"atomic": True, "writes": writes})
+        r.raise_for_status()
+
+
+async def agent(client: httpx.AsyncClient, keys: list[str], until: float, seed_: int, stats: Stats) -> None:
+    rng = random.Random(seed_)
+    seen: dict[tuple[str, str], int] = {}
+    ops = [op for op, _ in MIX]
+    weights = [w for _, w in MIX]
+    while time.monotonic() < until:
+        ns, key = rng.choice(NAMESPACES), rng.choice(keys)
+        op = rng.choices(ops, weights)[0]
+        t0 = time.perf_counter()
+        try:
+            status = await one(client, op, ns, key, seen, stats)
+        except httpx.TransportError as exc:  # counted and reported: the run then fails
+            stats.transport_errors.append(f"{op} {ns}/{key}: {type(exc).__name__} {exc}")
+            status = 0
+        stats.record(op, status, time.perf_counter() - t0)
+
+
+async def one(
+    client: httpx.AsyncClient, op: str, ns: str, key: str, seen: dict[tuple[str, str], int], stats: Stats
+) -> int:
+    """One request of an agent; returns its status."""
+    path = f"/v1/memory/{ns}/{key}"
+    if op == "read":
+        r = await client.get(path)
+        seen[(ns, key)] = r.json().get("version", 0)
+    elif op == "write":
+        base = seen.get((ns, key), 1)
+        cond = {"If-None-Match": "*"} if base == 0 else {"If-Match": f'"{base}"'}
+        value = {"fact": key, "n": uuid.uuid4().hex}
+        r = await client.put(path, json={"value": value, "source": "agent"}, headers=cond)
+        body = r.json()
+        if r.status_code == 412:
+            stats.stale_rejected += 1
+            stats.rejected_by_tombstone += bool(body.get("forgotten"))
+            seen[(ns, key)] = body["current_version"]  # an agent re-reads before trying again
+        elif r.status_code in (200, 201):
+            seen[(ns, key)] = body["version"]
+    else:
+        r = await client.delete(path)
+        # deliberately keep the pre-forget version: this agent's next write is the summarizer's stale flush
+    return r.status_code
+
+
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else values[0] * 1000
+
+
+async def run(base: str, clients: int, duration: float, n_keys: int) -> Stats:
+    keys = [f"fact-{i:04d}" for i in range(n_keys)]
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as client:
+        await seed(client, keys)
+        stats = Stats()
+        until = time.monotonic() + duration
+        await asyncio.gather(*(agent(client, keys, until, i, stats) for i in range(clients)))
+    return stats
+
+
+def report(stats: Stats, duration: float, clients: int) -> int:
+    print(f"\nmemory bench: {clients} clients, {duration:.0f} s, namespaces {len(NAMESPACES)}")
+    print(f"{'op':<8}{'count':>9}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}  statuses")
+    total = 0
+    for op, _ in MIX:
+        lat = stats.latency[op]
+        if not lat:
+            continue
+        total += len(lat)
+        statuses = " ".join(f"{code}:{n}" for code, n in sorted(stats.statuses[op].items()))
+        print(f"{op:<8}{len(lat):>9}{len(lat) / duration:>10.0f}{pct(lat, 50):>10.2f}{pct(lat, 99):>10.2f}  {statuses}")
+    print(f"{'all':<8}{total:>9}{total / duration:>10.0f}")
+    writes = sum(stats.statuses["write"].values())
+    print(
+        f"stale writes rejected (412): {stats.stale_rejected} of {writes} writes, "
+        f"{stats.rejected_by_tombstone} of them by a tombstone"
+    )
+    errors = sum(n for counter in stats.statuses.values() for code, n in counter.items() if code >= 500)
+    if errors:
+        print(f"FAILED: {errors} server errors")
+    if stats.transport_errors:
+        print(f"FAILED: {len(stats.transport_errors)} transport errors, first: {stats.transport_errors[:3]}")
+    return 1 if errors or stats.transport_errors else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--keys", type=int, default=256, help="keys per namespace")
+    args = parser.parse_args()
+    with serve() as (base, log):
+        stats = asyncio.run(run(base, args.clients, args.duration, args.keys))
+        errors = [line for line in log.read_text().splitlines() if '"level": "error"' in line]
+    code = report(stats, args.duration, args.clients)
+    if errors:
+        print(f"server logged {len(errors)} errors, first: {errors[0][:500]}")
+    sys.exit(code or (1 if errors else 0))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Forget is an ordered barrier under concurrency: the note's summarizer race, then a randomized history check.
+
+Invariant (../shared/seeds/002_*.txt): once forget(k) has returned, no write based on a version older than the
+tombstone is ever readable, until a write based on the tombstone version re-establishes the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import httpx
+
+from tests.memory.memory_helpers import create, problem
+
+
+async def _wait_for_lock_waiters(watcher: asyncpg.Connection, count: int, limit_s: float = 30) -> None:
+    """Poll until `count` backends are blocked on a lock: the only way to observe a request parked in the database."""
+    deadline = time.monotonic() + limit_s
+    query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    while await watcher.fetchval(query) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} requests ever blocked on the held row lock"
+        await asyncio.sleep(0.01)
+
+
+async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
+    live_server: Any, api_key: str, database_url: str, ns: str
+) -> None:
+    """The note's scenario, made deterministic: the summarizer's batch (based on the pre-forget version) is provably
+    in flight while the forget is applied, and still rejected; the next read says forgotten."""
+    path = f"/v1/memory/{ns}/allergy.peanut"
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=live_server.base_url, headers=headers, timeout=60) as c:
+        r = await c.put(path, json={"value": True, "source": "user"}, headers={"If-None-Match": "*"})
+        read_by_summarizer = r.json()["version"]
+
+        holder, watcher = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+        try:
+            lock = holder.transaction()
+            await lock.start()
+            await holder.execute("SELECT 1 FROM memory_records WHERE namespace = $1 FOR UPDATE", ns)
+            forget = asyncio.create_task(c.delete(path))  # the user's correction: first in the lock queue
+            await _wait_for_lock_waiters(watcher, 1)
+            batch = asyncio.create_task(
+                c.post(
+                    f"/v1/memory/{ns}:batch",
+                    json={
+                        "atomic": False,
+                        "writes": [
+                            {
+                                "key": "allergy.peanut",
+                                "value": True,
+                                "base_version": read_by_summarizer,
+                                "source": "summarizer",
+                            },
+                        ],
+                    },
+                )
+            )
+            await _wait_for_lock_waiters(watcher, 2)
+            await lock.commit()
+            forgot, flushed = await forget, await batch
+        finally:
+            await holder.close()
+            await watcher.close()
+
+        assert forgot.status_code == 200 and forgot.json()["already_forgotten"] is False
+        tombstone = forgot.json()["version"]
+        assert flushed.status_code == 200
+        [result] = flushed.json()["results"]
+        assert result["status"] == 412 and result["forgotten"] is True and result["current_version"] == tombstone
+        body = problem(await c.get(path), 404)
+        assert body["forgotten"] is True and body["version"] == tombstone
+
+
+# ---- randomized: many writers and forgetters on a few keys, every operation timed, then a checker ----------------
+
+
+@dataclass
+class Op:
+    kind: str  # read | write | forget
+    key: str
+    start: float
+    end: float
+    status: int
+    base: int | None = None  # writes: the version the write was based on
+    version: int | None = None  # the version read, written, or the tombstone
+    tag: str | None = None  # writes: the unique value written; reads: the value seen
+    forgotten: bool = False
+
+
+@dataclass
+class Recorder:
+    ops: list[Op] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, op: Op) -> None:
+        with self.lock:
+            self.ops.append(op)
+
+
+def _worker(
+    base_url: str,
+    api_key: str,
+    ns: str,
+    keys: list[str],
+    n_ops: int,
+    seed: int,
+    start: threading.Barrier,
+    rec: Recorder,
+) -> None:
+    rng = random.Random(seed)
+    known = dict.fromkeys(keys, 0)  # the version this worker last saw per key, often stale by the time it writes
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as c:
+        start.wait()
+        for _ in range(n_ops):
+            key = rng.choice(keys)
+            path = f"/v1/memory/{ns}/{key}"
+            roll = rng.random()
+            t0 = time.monotonic()
+            if roll < 0.4:
+                r = c.get(path)
+                body = r.json()
+                op = Op(
+                    "read",
+                    key,
+                    t0,
+                    time.monotonic(),
+                    r.status_code,
+                    version=body.get("version"),
+                    tag=body.get("value") if r.status_code == 200 else None,
+                    forgotten=bool(body.get("forgotten")),
+                )
+                known[key] = body.get("version", known[key])
+            elif roll < 0.85:
+                tag = uuid.uuid4().hex
+                base = known[key]
+                cond = {"If-None-Match": "*"} if base == 0 else {"If-Match": f'"{base}"'}
+                r = c.put(path, json={"value": tag, "source": "summarizer"}, headers=cond)
+                body = r.json()
+                version = body.get("version") if r.status_code in (200, 201) else body.get("current_version")
+                op = Op("write", key, t0, time.monotonic(), r.status_code, base=base, version=version, tag=tag)
+                if r.status_code in (200, 201) or rng.random() < 0.5:  # half the time, retry from the fresh version
+                    known[key] = version or 0
+            else:
+                r = c.delete(path)
+                op = Op(
+                    "forget",
+                    key,
+                    t0,
+                    time.monotonic(),
+                    r.status_code,
+                    version=r.json()["version"],
+                    forgotten=r.json()["already_forgotten"],
+                )
+            rec.add(op)
+
+
+def check_history(ops: list[Op]) -> dict[str, int]:
+    """Prove the invariant over the recorded operations; returns the counts (violations must all be 0)."""
+    writes = {o.tag: o for o in ops if o.kind == "write" and o.status in (200, 201)}
+    forgets = [o for o in ops if o.kind == "forget" and o.status == 200]
+    resurrections = stale_landed = stale_reads = checked = 0
+    for f in forgets:
+        assert f.version is not None
+        for o in ops:
+            if o.key != f.key or o.start <= f.end:
+                continue  # only operations that began after this forget had returned
+            checked += 1
+            if o.kind == "read":
+                seen = o.version or 0
+                if o.status == 200:
+                    w = writes.get(o.tag)  # None: the seed value, written before any forget
+                    if w is None or w.base is None or w.base < f.version:
+                        resurrections += 1  # a read shows a value written from before the tombstone
+                if seen < f.version or (o.status == 200 and seen == f.version):
+                    stale_reads += 1
+            if o.kind == "write" and o.status in (200, 201) and (o.base or 0) < f.version:
+                stale_landed += 1
+    # every landed write got exactly base + 1, and no two writes of a key got the same version
+    cas_violations = sum(1 for w in writes.values() if w.version != (w.base or 0) + 1)
+    versions = [(o.key, o.version) for o in writes.values()]
+    duplicate_versions = len(versions) - len(set(versions))
+    return {
+        "resurrections": resurrections,
+        "stale_writes_landed": stale_landed,
+        "stale_reads": stale_reads,
+        "cas_violations": cas_violations,
+        "duplicate_versions": duplicate_versions,
+        "writes_landed": len(writes),
+        "writes_rejected": sum(1 for o in ops if o.kind == "write" and o.status == 412),
+        "forgets": len(forgets),
+        "ops_checked_against_a_forget": checked,
+    }
+
+
+def test_randomized_writers_and_forgetters_never_resurrect(
+    client: httpx.Client, api_key: str, ns: str, live_server: Any
+) -> None:
+    keys = ["allergy.peanut", "diet", "city"]
+    for key in keys:
+        create(client, ns, key, "seed")
+    threads, n_ops = 16, 60
+    start = threading.Barrier(threads)
+    rec = Recorder()
+    workers = [
+        threading.Thread(target=_worker, args=(live_server.base_url, api_key, ns, keys, n_ops, seed, start, rec))
+        for seed in range(threads)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert len(rec.ops) == threads * n_ops
+    assert all(o.status in (200, 201, 404, 412) for o in rec.ops), {o.status for o in rec.ops}
+
+    counts = check_history(rec.ops)
+    print("concurrency check:", counts)
+    assert counts["resurrections"] == 0
+    assert counts["stale_writes_landed"] == 0
+    assert counts["stale_reads"] == 0
+    assert counts["cas_violations"] == 0 and counts["duplicate_versions"] == 0
+    assert counts["forgets"] > 10 and counts["writes_rejected"] > 10 and counts["writes_landed"] > 10
+
+    # the server's history agrees with what the clients saw: contiguous versions, one per landed operation
+    landed = {
+        (o.key, o.version): o
+        for o in rec.ops
+        if (o.kind == "write" and o.status in (200, 201)) or (o.kind == "forget" and not o.forgotten)
+    }
+    for key in keys:
+        history = client.get(f"/v1/memory/{ns}/{key}/history").json()["versions"]
+        assert [h["version"] for h in history] == list(range(1, len(history) + 1))
+        last_tombstone = max((h["version"] for h in history if h["op"] == "forget"), default=0)
+        for h in history[1:]:  # version 1 is the seed
+            op = landed[(key, h["version"])]
+            assert h["op"] == op.kind
+            if h["op"] == "write":
+                assert h["value"] == (op.tag if h["version"] > last_tombstone else None)
