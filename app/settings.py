@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(
         default=None, description="Where converted model weights live; unset: <data_dir>/models."
     )
+    kv_memory_bytes: int = Field(
+        default=2 * 1024**3, ge=16 * 1024**2, description="KV-cache budget of the hf engine; LRU eviction past it."
+    )
     vllm_url: str | None = Field(default=None, description="Base URL of a `vllm serve` fleet (engine vllm-remote).")
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None

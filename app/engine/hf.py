@@ -1,0 +1,392 @@
+"""The embedded KV engine: transformers on CPU with one explicit `DynamicCache` per handle.
+
+Exactness rests on one invariant: a handle's resident cache always equals what replaying its recorded *chunks* (the
+sizes of the forward passes that built it, decode steps included as chunks of one) over its log would produce, bit
+for bit. The same forward over the same cached prefix is deterministic, while the same tokens split into other
+chunks differ in the last float bits (measured: KV differs by ~1e-5 between one 300-token pass and 100+200). Hence:
+
+- an evicted cache is rebuilt by replaying the recorded chunks, not in one pass, so residency never changes a token;
+- `crop` to a chunk boundary is a slice of every layer (views, no copies); `crop` inside a chunk keeps only the
+  chunks before it, and the rest of the cut chunk becomes pending log tokens, prefilled (and counted) by the next call;
+- logits missing after a crop are recomputed by re-running the last chunk on the same prefix, which reproduces them.
+
+A generation that ends on `max_tokens` or a stop string leaves its last token pending (its KV is not needed to decide
+anything yet); the next prefill forwards it together with the new tokens, in the same way in a run and in its replay.
+
+All model work runs on one worker thread behind a lock, so `async` methods never block the loop and calls on
+different handles serialize. A call whose caller is cancelled still completes on the worker: the handle is then
+consistent, only its answer is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from itertools import count
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import torch
+
+from app.engine.cache_pool import CachePool
+from app.engine.chat import ChatMLTemplate
+from app.engine.hf_state import HandleState
+from app.engine.model_store import model_id_for, resolve_model
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.sampling import find_stop, make_generator, sample_token, validate
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes of resident KV; SmolLM2-135M holds ~46 KB per token, so ~46k tokens
+
+
+class HFEngine:
+    """KVEngine over a local transformers causal LM with a ChatML template (SmolLM2 by default)."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        cache_dir: Path = Path(".lethe/models"),
+        *,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+        num_threads: int | None = None,
+    ) -> None:
+        self.model_id = model_id_for(model)
+        self._model_arg = model
+        self._cache_dir = cache_dir
+        # All cores by default: the engine is the only heavy compute of the process (2 on the build machines).
+        self._num_threads = num_threads or max(1, len(os.sched_getaffinity(0)))
+        self._pool = CachePool[HandleState](memory_budget_bytes)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lethe-hf")
+        self._lock = threading.Lock()
+        self._serials = count(1)
+        self._model: Any = None
+        self._chat: ChatMLTemplate | None = None
+        self._max_positions: int | None = None
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    @property
+    def chat(self) -> ChatTemplate:
+        if self._chat is None:
+            # AttributeError, not RuntimeError: `isinstance(engine, KVEngine)` probes members with hasattr (3.11),
+            # which must answer False for an unstarted engine rather than raise.
+            raise AttributeError("the hf engine is not started: its tokenizer loads in start()")
+        return self._chat
+
+    @chat.setter
+    def chat(self, value: ChatTemplate) -> None:
+        if not isinstance(value, ChatMLTemplate):
+            raise TypeError("the hf engine renders ChatML only")
+        self._chat = value
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None and not self._closed
+
+    @property
+    def memory_budget_bytes(self) -> int:
+        return self._pool.budget
+
+    @memory_budget_bytes.setter
+    def memory_budget_bytes(self, value: int) -> None:
+        self._pool.budget = value  # takes effect at the next call that touches a cache
+
+    async def start(self) -> None:
+        if self._closed:
+            raise RuntimeError("a closed engine cannot start again; build a new one")
+        if self._model is None:
+            await self._run(self._load, compute=False)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self._run(self._unload, compute=False)
+        self._closed = True
+        self._executor.shutdown(wait=False)
+
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        if self._model is not None:  # a second start() queued behind the first
+            return
+        started = time.perf_counter()
+        torch.set_num_threads(self._num_threads)  # on the worker thread, where every forward runs
+        resolved = resolve_model(self._model_arg, self._cache_dir)
+        tokenizer = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(resolved.path), local_files_only=True)
+        model.eval()
+        layers = DynamicCache(config=model.config).layers
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            # Sliding-window or linear-attention layers cannot be cropped back to an arbitrary token.
+            raise RuntimeError(f"{resolved.path}: the hf engine needs a model whose layers all use full attention")
+        eos = model.generation_config.eos_token_id
+        extra_stops = frozenset([eos] if isinstance(eos, int) else list(eos or []))
+        self._chat = ChatMLTemplate(tokenizer, extra_stop_ids=extra_stops)
+        self._max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.model_id = resolved.model_id
+        self._model = model
+        log.info(
+            "hf engine ready: %s from %s in %.1f s (%d threads, %d MiB KV budget)",
+            self.model_id,
+            resolved.path,
+            time.perf_counter() - started,
+            self._num_threads,
+            self._pool.budget >> 20,
+        )
+
+    def _unload(self) -> None:
+        self._pool.evict_all()
+        self._model = None
+
+    async def _run(self, fn: Callable[[], T], *, compute: bool = True) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self._locked, fn, compute))
+
+    def _locked(self, fn: Callable[[], T], compute: bool) -> T:
+        # The lock guards the model and the caches against anyone calling the worker functions directly; the one
+        # worker thread already serializes the engine's own calls. Loading runs outside inference mode, so the
+        # weights stay ordinary tensors.
+        with self._lock, torch.inference_mode(compute):
+            return fn()
+
+    # -- the KVEngine calls -----------------------------------------------------------------------------------------
+
+    async def open(
+        self,
+        session_key: str,
+        *,
+        salt: str | None = None,
+        tokens: list[int] | None = None,
+        chunks: list[int] | None = None,
+    ) -> CacheHandle:
+        """`chunks` (an extension of the protocol): the recipe `chunks(handle)` reported for a prefix of `tokens`,
+        e.g. stored across a restart; the cache is then rebuilt in those chunks, bit for bit. Without it the stored
+        log is prefilled in one pass, which may differ in the last float bits from the run that built it."""
+        # No cache is shared between handles except through fork, so the tenant salt has nothing to isolate here.
+        handle = CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
+        if chunks:
+            if any(size <= 0 for size in chunks) or sum(chunks) > len(handle.tokens):
+                raise ValueError("chunks must be positive sizes covering at most the log")
+            state = handle.state = HandleState(self, next(self._serials))
+            state.chunks, state.covered = list(chunks), handle.tokens[: sum(chunks)]  # not resident: rebuilt on use
+        return handle
+
+    async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
+        return await self._run(partial(self._prefill, handle, list(token_ids)))
+
+    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+        validate(sampling)
+        return await self._run(partial(self._generate, handle, sampling))
+
+    async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
+        if not 0 <= n_tokens <= len(handle.tokens):
+            raise ValueError(f"crop to {n_tokens} tokens: the log holds {len(handle.tokens)}")
+        await self._run(partial(self._crop, handle, n_tokens))
+
+    async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
+        return await self._run(partial(self._fork, handle, session_key))
+
+    async def release(self, handle: CacheHandle) -> None:
+        await self._run(partial(self._release, handle))
+
+    # -- introspection (tests, benchmarks, metrics); call while no operation on the handle is in flight ------------
+
+    def is_resident(self, handle: CacheHandle) -> bool:
+        state = handle.state
+        return isinstance(state, HandleState) and state.cache is not None
+
+    def chunks(self, handle: CacheHandle) -> list[int]:
+        state = handle.state
+        return list(state.chunks) if isinstance(state, HandleState) else []
+
+    def kv_tensors(self, handle: CacheHandle) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        state = handle.state
+        if not isinstance(state, HandleState) or state.cache is None:
+            raise ValueError("the handle has no resident cache")
+        return [(layer.keys, layer.values) for layer in state.cache.layers]
+
+    @property
+    def resident_bytes(self) -> int:
+        return self._pool.total_bytes
+
+    # -- worker-thread implementations ------------------------------------------------------------------------------
+
+    def _session(self, handle: CacheHandle) -> HandleState:
+        if self._model is None:
+            raise RuntimeError("the hf engine is not started")
+        state = handle.state
+        if state is None:  # a handle built by the caller from a stored log: everything is pending
+            state = handle.state = HandleState(self, next(self._serials))
+        if not isinstance(state, HandleState) or state.owner is not self:
+            raise ValueError(f"handle {handle.session_key!r} belongs to another engine")
+        n = len(state.covered)
+        if handle.tokens[:n] != state.covered:
+            # The caller edited the log: the cache may stand only for the part both still agree on.
+            common = next((i for i, (a, b) in enumerate(zip(handle.tokens, state.covered, strict=False)) if a != b), n)
+            self._truncate(state, min(common, len(handle.tokens)))
+        return state
+
+    def _truncate(self, state: HandleState, n_tokens: int) -> None:
+        """Keep the longest run of whole chunks that fits in `n_tokens`; tokens past it become pending."""
+        kept, boundary = state.whole_chunks_within(n_tokens)
+        drop = len(state.covered) - boundary
+        if drop == 0:
+            return
+        del state.chunks[kept:]
+        del state.covered[boundary:]
+        state.logits = None
+        if state.cache is not None:
+            if boundary == 0:
+                state.cache = self._new_cache()
+            else:
+                # transformers 5.19: a negative argument drops that many tokens from the end (a positive one is the
+                # deprecated "keep n" form, rejected by 5.24). Each layer becomes a view: no tensor is copied.
+                state.cache.crop(-drop)
+            self._pool.touch(state)
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self._model.config)
+
+    def _forward(self, state: HandleState, token_ids: list[int]) -> int:
+        """One forward pass over `token_ids` after the cached prefix; records it as a chunk."""
+        vocab = int(self._model.config.vocab_size)
+        if min(token_ids) < 0 or max(token_ids) >= vocab:
+            raise ValueError(f"token ids must lie in [0, {vocab})")
+        try:
+            out = self._model(
+                input_ids=torch.tensor([token_ids], dtype=torch.long),
+                past_key_values=state.cache,
+                use_cache=True,
+                logits_to_keep=1,  # only the last position is ever sampled; skips the lm_head for the rest
+            )
+        except BaseException:
+            # A failure between layers leaves them at different lengths: drop the cache, the chunks rebuild it.
+            self._pool.drop(state)
+            state.evict()
+            raise
+        state.logits = out.logits[0, -1]
+        state.chunks.append(len(token_ids))
+        state.covered.extend(token_ids)
+        return len(token_ids)
+
+    def _make_resident(self, state: HandleState) -> int:
+        """Rebuild an evicted cache by replaying its chunks; returns the tokens recomputed."""
+        if state.cache is not None:
+            return 0
+        chunks, covered = state.chunks, state.covered
+        state.cache, state.chunks, state.covered = self._new_cache(), [], []
+        position = 0
+        try:
+            for size in chunks:
+                position += self._forward(state, covered[position : position + size])
+        except BaseException:
+            state.chunks, state.covered = chunks, covered  # keep the recipe whole for the next attempt
+            raise
+        return position
+
+    def _check_room(self, n_tokens: int) -> None:
+        if self._max_positions is not None and n_tokens > self._max_positions:
+            raise ValueError(f"the log would hold {n_tokens} tokens; the model's context is {self._max_positions}")
+
+    def _prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
+        state = self._session(handle)
+        self._check_room(len(handle.tokens) + len(token_ids))
+        prefilled = self._make_resident(state)
+        pending = handle.tokens[len(state.covered) :] + token_ids
+        if pending:
+            prefilled += self._forward(state, pending)
+        handle.tokens.extend(token_ids)
+        self._settle(state)
+        return TokenUsage(reused=len(handle.tokens) - prefilled, prefilled=prefilled)
+
+    def _generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+        state = self._session(handle)
+        prefilled = self._make_resident(state)
+        pending = handle.tokens[len(state.covered) :]
+        if pending:
+            prefilled += self._forward(state, pending)
+        elif state.logits is None:
+            if not state.chunks:
+                raise ValueError("cannot generate from an empty log")
+            # Re-running the last chunk on the same prefix reproduces its KV and logits exactly.
+            last = state.covered[-state.chunks[-1] :]
+            self._truncate(state, len(state.covered) - len(last))
+            prefilled += self._forward(state, last)
+        reused = len(handle.tokens) - prefilled
+        room = sampling.max_tokens
+        if self._max_positions is not None:
+            room = min(room, self._max_positions - len(handle.tokens))
+        generator = make_generator(sampling.seed)
+        stop_ids = self.chat.stop_token_ids
+        token_ids: list[int] = []
+        decoded = 0
+        finish: Literal["stop", "length"] = "length"
+        stop_at: int | None = None
+        while len(token_ids) < room:
+            assert state.logits is not None  # every forward pass sets them
+            token = sample_token(state.logits, sampling, generator)
+            decoded += 1
+            if token in stop_ids:
+                finish = "stop"
+                break
+            token_ids.append(token)
+            handle.tokens.append(token)
+            if sampling.stop:
+                stop_at = find_stop(self.chat.decode(token_ids), sampling.stop)
+                if stop_at is not None:
+                    finish = "stop"
+                    break
+            if len(token_ids) < room:
+                self._forward(state, [token])
+        text = self.chat.decode(token_ids)
+        self._settle(state)
+        return Generation(
+            token_ids=token_ids,
+            text=text if stop_at is None else text[:stop_at],
+            finish_reason=finish,
+            usage=TokenUsage(reused=reused, prefilled=prefilled, decoded=decoded),
+        )
+
+    def _crop(self, handle: CacheHandle, n_tokens: int) -> None:
+        state = self._session(handle)
+        del handle.tokens[n_tokens:]
+        self._truncate(state, n_tokens)
+
+    def _fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
+        state = self._session(handle)
+        twin = HandleState(self, next(self._serials))
+        twin.chunks, twin.covered, twin.logits = list(state.chunks), list(state.covered), state.logits
+        if state.cache is not None:
+            # Layers never change a tensor in place (a pass concatenates, a crop slices), so the twin shares them.
+            twin.cache = copy.copy(state.cache)
+            twin.cache.layers = [copy.copy(layer) for layer in state.cache.layers]
+        forked = CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens), state=twin)
+        if twin.cache is not None:
+            self._settle(twin)
+        return forked
+
+    def _release(self, handle: CacheHandle) -> None:
+        state = handle.state
+        if isinstance(state, HandleState) and state.owner is self:
+            # The chunks stay: a handle used again after release rebuilds exactly the cache it had.
+            self._pool.drop(state)
+            state.evict()
+
+    def _settle(self, state: HandleState) -> None:
+        self._pool.touch(state)
+        self._pool.evict_over_budget(keep=state)
