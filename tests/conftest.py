@@ -23,7 +23,6 @@ from app.main import create_app
 from app.settings import Settings
 from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, free_port
 
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 

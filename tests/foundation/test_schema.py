@@ -80,8 +80,8 @@ def test_migrations_form_one_linear_chain() -> None:
     revisions: dict[str, str | None] = {}
     for path in versions.glob("*.py"):
         source = path.read_text()
-        rev = re.search(r"^revision: str = '([^']+)'", source, re.M) or re.search(r'^revision: str = "([^"]+)"', source, re.M)
-        down = re.search(r"^down_revision: str \| None = (None|'[^']+'|\"[^\"]+\")", source, re.M)
+        rev = re.search(r"^revision: str = ['\"]([^'\"]+)['\"]", source, re.M)
+        down = re.search(r"^down_revision: str \| None = (None|['\"][^'\"]+['\"])", source, re.M)
         assert rev and down, path
         revisions[rev.group(1)] = None if down.group(1) == "None" else down.group(1).strip("'\"")
     roots = [r for r, d in revisions.items() if d is None]
