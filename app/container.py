@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from app.db.session import Database
 from app.engine.protocol import KVEngine
 from app.observability.metrics import Metrics
+from app.runtime.handles import HandleRegistry
 from app.settings import Settings
 from app.tenants.service import TenantService
 
@@ -43,4 +44,5 @@ class Container:
     metrics: Metrics
     engine: EngineSlot
     tenants: TenantService
+    handles: HandleRegistry = field(default_factory=HandleRegistry)
     background: list[asyncio.Task[None]] = field(default_factory=list)

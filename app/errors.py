@@ -40,7 +40,7 @@ class Conflict(LetheError):
 
 
 class SessionBusy(Conflict):
-    type_slug = "session-busy"
+    type_slug = "session_busy"  # the name API.md gives clients
     title = "Session is busy"
 
 

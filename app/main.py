@@ -11,9 +11,8 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api.problems import PROBLEM_JSON, install_problem_handlers
+from app.api.problems import install_problem_handlers, problem_doc
 from app.api.routers import forget, health, memory, sessions, webhooks
-from app.api.schemas.common import ProblemDetails
 from app.container import Container, EngineSlot
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
@@ -26,15 +25,12 @@ from app.tenants.service import TenantService
 log = logging.getLogger(__name__)
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "model": ProblemDetails, "content": {PROBLEM_JSON: {}}}
-
 
 V1_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: _problem("Missing or invalid API key"),
-    404: _problem("Unknown id, or one that belongs to another tenant"),
-    413: _problem("Body or prompt too large"),
-    422: _problem("Validation error"),
+    401: problem_doc("Missing or invalid API key"),
+    404: problem_doc("Unknown id, or one that belongs to another tenant"),
+    413: problem_doc("Body or prompt too large"),
+    422: problem_doc("Validation error"),
 }
 
 
@@ -83,6 +79,6 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
     app.include_router(health.router)
     for router in (sessions.router, forget.router, memory.router):
         app.include_router(router, responses=V1_ERRORS)
-    app.include_router(webhooks.router, responses={401: _problem("Bad signature or stale timestamp")})
+    app.include_router(webhooks.router, responses={401: problem_doc("Bad signature or stale timestamp")})
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     kv_memory_bytes: int = Field(
         default=2 * 1024**3, ge=16 * 1024**2, description="KV-cache budget of the hf engine; LRU eviction past it."
     )
+    session_lock_timeout_s: float = Field(
+        default=30.0, gt=0, le=600, description="How long a turn waits for its session before 409 session_busy."
+    )
     vllm_url: str | None = Field(default=None, description="Base URL of a `vllm serve` fleet (engine vllm-remote).")
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None

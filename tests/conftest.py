@@ -10,6 +10,7 @@ import asyncio
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,11 @@ import pytest
 import uvicorn
 
 from app.db.embedded import start_embedded_postgres
+from app.db.session import Database
 from app.engine.protocol import KVEngine
 from app.main import create_app
 from app.settings import Settings
+from app.tenants.service import TenantService
 from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -113,4 +116,29 @@ def client(live_server: LiveServer) -> Iterator[httpx.Client]:
 @pytest.fixture
 def anon(live_server: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=live_server.base_url, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def other_tenant_key(live_server: LiveServer, database_url: str) -> str:
+    """An API key of a second tenant on the same database, made the way `lethe tenant create` makes one.
+
+    Depends on the live server so the schema is migrated first."""
+
+    async def create_tenant() -> str:
+        db = Database(database_url, pool_size=1)
+        try:
+            _, key = await TenantService(db).create_tenant("other-" + uuid.uuid4().hex[:8])
+        finally:
+            await db.close()
+        return key
+
+    return asyncio.run(create_tenant())
+
+
+@pytest.fixture
+def other_tenant(live_server: LiveServer, other_tenant_key: str) -> Iterator[httpx.Client]:
+    """An HTTP client authenticated as the second tenant."""
+    with httpx.Client(base_url=live_server.base_url, headers={"Authorization": f"Bearer {other_tenant_key}"},
+                      timeout=120) as c:
         yield c

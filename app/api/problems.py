@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.schemas.common import ProblemDetails
 from app.errors import LetheError
 
 PROBLEM_JSON = "application/problem+json"
@@ -29,6 +30,11 @@ def problem(status: int, slug: str, title: str, detail: str | None = None, **ext
         body["detail"] = detail
     body.update(extra)
     return body
+
+
+def problem_doc(description: str) -> dict[str, Any]:
+    """An OpenAPI `responses` entry for a problem+json answer."""
+    return {"description": description, "model": ProblemDetails, "content": {PROBLEM_JSON: {}}}
 
 
 def problem_response(error: LetheError, *, instance: str | None = None) -> JSONResponse:

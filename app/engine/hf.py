@@ -96,6 +96,10 @@ class HFEngine:
         return self._model is not None and not self._closed
 
     @property
+    def max_context_tokens(self) -> int | None:
+        return self._max_positions
+
+    @property
     def memory_budget_bytes(self) -> int:
         return self._pool.budget
 

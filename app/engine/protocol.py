@@ -92,6 +92,11 @@ class KVEngine(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def max_context_tokens(self) -> int | None:
+        """The most tokens a handle's log may hold (None before start or when the model does not say)."""
+        ...
+
     async def close(self) -> None: ...
 
     async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:

@@ -117,6 +117,11 @@ class VLLMEngine:
         return self._llm is not None and not self._closed and not self._llm.errored
 
     @property
+    def max_context_tokens(self) -> int | None:
+        # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
+        return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
     def block_size(self) -> int:
         """Tokens per KV block: the granularity of prefix reuse (checkpoint offsets should fall on multiples)."""
         return int(self._started().vllm_config.cache_config.block_size)

@@ -94,6 +94,11 @@ class VLLMRemoteEngine:
         return self._client is not None and not self._closed
 
     @property
+    def max_context_tokens(self) -> int | None:
+        # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
+        return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
     def served_model(self) -> str:
         if self._served is None:
             raise AttributeError("the vllm-remote engine is not started")

@@ -42,6 +42,10 @@ class GatedEngine:
     def ready(self) -> bool:
         return self._ready
 
+    @property
+    def max_context_tokens(self) -> int | None:
+        return None
+
     async def close(self) -> None:
         self.gate.set()
 

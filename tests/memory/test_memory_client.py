@@ -146,7 +146,7 @@ def test_error_mapping_of_statuses_the_memory_api_does_not_answer() -> None:
     def answer(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> LetheAPIError:
         return error_for(httpx.Response(status, json=body, headers=headers))
 
-    busy = answer(409, {"type": "https://lethe.dev/problems/session-busy"}, {"Retry-After": "2"})
+    busy = answer(409, {"type": "https://lethe.dev/problems/session_busy"}, {"Retry-After": "2"})
     assert isinstance(busy, SessionBusy) and isinstance(busy, Conflict) and busy.retry_after == 2.0
     assert type(answer(409, {"type": "https://lethe.dev/problems/conflict"})) is Conflict
     limited = answer(429, {}, {"Retry-After": "5"})

@@ -17,7 +17,8 @@ from typing import Any
 import asyncpg
 import httpx
 
-from tests.memory.memory_helpers import create, problem
+from tests.memory.memory_helpers import create
+from tests.support import problem
 
 
 async def _wait_for_lock_waiters(watcher: asyncpg.Connection, count: int, limit_s: float = 30) -> None:

@@ -11,7 +11,8 @@ import uuid
 import httpx
 
 from app.observability.logging import JsonFormatter
-from tests.memory.memory_helpers import create, sql, write
+from tests.memory.memory_helpers import create, write
+from tests.support import sql
 
 
 def _rows_holding(database_url: str, needle: str) -> list[str]:

@@ -8,7 +8,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.memory.memory_helpers import create, problem, write
+from tests.memory.memory_helpers import create, write
+from tests.support import problem
 
 
 def test_put_without_precondition_is_428(client: httpx.Client, ns: str) -> None:

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.deps import ContainerDep
-from app.api.problems import PROBLEM_JSON, problem
+from app.api.problems import PROBLEM_JSON, problem, problem_doc
 
 router = APIRouter(tags=["operations"])
 
@@ -20,7 +20,7 @@ async def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="Readiness: the database answers and the engine is loaded",
-    responses={503: {"description": "Not ready", "content": {PROBLEM_JSON: {}}}},
+    responses={503: problem_doc("The database or the engine is not ready (`Retry-After`)")},
 )
 async def readyz(container: ContainerDep) -> JSONResponse:
     database = await container.db.ping()

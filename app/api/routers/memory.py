@@ -7,8 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
-from app.api.problems import PROBLEM_JSON
-from app.api.schemas.common import ProblemDetails
+from app.api.problems import problem_doc
 from app.api.schemas.memory import (
     KEY_PATTERN,
     NAMESPACE_PATTERN,
@@ -30,14 +29,11 @@ from app.memory.validation import base_version_from_headers, etag
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "model": ProblemDetails, "content": {PROBLEM_JSON: {}}}
-
 
 STALE: dict[int | str, dict[str, Any]] = {
-    412: _problem("Stale version: `current_version` and `forgotten` say where the key stands"),
+    412: problem_doc("Stale version: `current_version` and `forgotten` say where the key stands"),
 }
-PRECONDITIONS: dict[int | str, dict[str, Any]] = {**STALE, 428: _problem("PUT without If-Match or If-None-Match")}
+PRECONDITIONS: dict[int | str, dict[str, Any]] = {**STALE, 428: problem_doc("PUT without If-Match or If-None-Match")}
 
 Namespace = Annotated[str, Path(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)]
 Key = Annotated[str, Path(min_length=1, max_length=200, pattern=KEY_PATTERN)]

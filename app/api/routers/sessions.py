@@ -1,55 +1,184 @@
-"""Sessions: the stateful agent runtime (built by the runtime issue; answers 501 until then)."""
+"""Sessions: the stateful agent runtime. HTTP in and out; the transitions live in app/runtime/session.py."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated, Any
 
-from app.api.deps import PrincipalDep
+from fastapi import APIRouter, Depends, Response
+
+from app.api.deps import ContainerDep, PrincipalDep
+from app.api.problems import problem_doc
 from app.api.schemas.sessions import (
     ArtifactList,
+    ArtifactOut,
     CompactRequest,
+    DocumentInput,
+    InputRef,
+    ReplyOut,
+    RetrievalConfig,
+    SamplingConfig,
     SessionCreate,
     SessionOut,
+    ToolResultInput,
+    ToolSpec,
+    TurnInput,
     TurnOut,
     TurnRequest,
+    UsageOut,
 )
 from app.errors import NotImplementedYet
+from app.runtime.blocks import Observation
+from app.runtime.session import ArtifactView, SessionConfig, SessionService, SessionView
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-@router.post("", status_code=201, response_model=SessionOut, summary="Create a session")
-async def create_session(body: SessionCreate, principal: PrincipalDep) -> SessionOut:
-    raise NotImplementedYet("sessions are not built yet")
+
+BUSY: dict[int | str, dict[str, Any]] = {409: problem_doc("Another turn or a forget holds the session (`Retry-After`)")}
+TURN_ERRORS: dict[int | str, dict[str, Any]] = {
+    **BUSY,
+    503: problem_doc("The model is not loaded yet (`Retry-After`)"),
+}
+
+
+def get_sessions(container: ContainerDep) -> SessionService:
+    # Cheap per request: the long-lived parts (database, engine, this process's cache handles) are shared.
+    return SessionService(
+        container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s
+    )
+
+
+SessionsDep = Annotated[SessionService, Depends(get_sessions)]
+
+
+def _session_out(view: SessionView) -> SessionOut:
+    row = view.row
+    return SessionOut(
+        id=row.id,
+        epoch=row.epoch,
+        status=view.status,
+        turns=row.turns,
+        token_count=row.token_count,
+        pending_tool_calls=[],
+        system_prompt=row.system_prompt,
+        memory_namespace=row.memory_namespace,
+        context_policy=row.context_policy,
+        retrieval=RetrievalConfig.model_validate(row.retrieval) if row.retrieval else None,
+        checkpoint_policy=row.checkpoint_policy,
+        tools=[ToolSpec.model_validate(t) for t in row.tools],
+        sampling=SamplingConfig.model_validate(row.sampling) if row.sampling else None,
+    )
+
+
+def _artifact_out(view: ArtifactView) -> ArtifactOut:
+    row = view.row
+    return ArtifactOut(
+        id=row.id,
+        kind=row.kind,
+        turn=row.turn,
+        content=row.content,
+        token_span=(row.token_start, row.token_end),
+        parents=view.parents,
+        source_ids=list(row.source_ids),
+        committed=row.committed,
+        source=row.meta.get("source"),
+        tool_call_id=row.meta.get("tool_call_id"),
+    )
+
+
+def _observation(item: TurnInput) -> Observation:
+    if isinstance(item, DocumentInput):
+        return Observation("document", item.content, {"source": item.source} if item.source else {})
+    if isinstance(item, ToolResultInput):
+        return Observation("tool_result", item.content, {"tool_call_id": item.tool_call_id})
+    return Observation("user", item.content)
+
+
+def _reject_unbuilt(body: SessionCreate) -> None:
+    """Options the runtime does not honour yet answer 501 rather than being accepted and silently ignored."""
+    if body.context_policy == "retrieval":
+        raise NotImplementedYet("the retrieval context policy is not built yet; use context_policy: full")
+    if body.memory_namespace is not None:
+        raise NotImplementedYet("memory injection into sessions is not built yet; omit memory_namespace")
+    if body.tools:
+        raise NotImplementedYet("session tools are not built yet; omit tools")
+
+
+@router.post(
+    "", status_code=201, response_model=SessionOut, summary="Create a session",
+    responses={501: problem_doc("An option that is not built yet (retrieval policy, memory injection, tools)")},
+)
+async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
+    _reject_unbuilt(body)
+    config = SessionConfig(
+        system_prompt=body.system_prompt,
+        memory_namespace=body.memory_namespace,
+        context_policy=body.context_policy,
+        retrieval=body.retrieval.model_dump(),
+        checkpoint_policy=body.checkpoint_policy,
+        tools=[t.model_dump() for t in body.tools],
+        sampling=body.sampling.model_dump(),
+    )
+    return _session_out(await sessions.create(principal.tenant_id, config))
 
 
 @router.get("/{id}", response_model=SessionOut, summary="Get a session")
-async def get_session(id: str, principal: PrincipalDep) -> SessionOut:
-    raise NotImplementedYet("sessions are not built yet")
+async def get_session(id: str, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
+    return _session_out(await sessions.get(principal.tenant_id, id))
 
 
-@router.delete("/{id}", status_code=204, summary="Purge a session, its artifacts, checkpoints and cache")
-async def delete_session(id: str, principal: PrincipalDep) -> Response:
-    raise NotImplementedYet("sessions are not built yet")
+@router.delete(
+    "/{id}", status_code=204, summary="Purge a session, its artifacts, checkpoints and cache", responses=BUSY
+)
+async def delete_session(id: str, principal: PrincipalDep, sessions: SessionsDep) -> Response:
+    await sessions.delete(principal.tenant_id, id)
+    return Response(status_code=204)
 
 
-@router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition")
-async def post_turn(id: str, body: TurnRequest, principal: PrincipalDep) -> TurnOut:
-    raise NotImplementedYet("sessions are not built yet")
+@router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_ERRORS)
+async def post_turn(id: str, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep) -> TurnOut:
+    if body.stream:
+        raise NotImplementedYet("streaming turns (text/event-stream) are not built yet; send stream: false")
+    result = await sessions.turn(principal.tenant_id, id, [_observation(i) for i in body.inputs], body.generate)
+    usage = result.usage
+    reply = None
+    if result.reply_id is not None:
+        reply = ReplyOut(
+            artifact_id=result.reply_id,
+            content=result.reply_content or "",
+            tool_calls=[],
+            finish_reason=result.finish_reason,
+        )
+    return TurnOut(
+        turn=result.turn,
+        epoch=result.epoch,
+        inputs=[InputRef(artifact_id=i) for i in result.input_ids],
+        reply=reply,
+        usage=UsageOut(
+            prompt_tokens=usage.prompt_tokens,
+            reused_tokens=usage.reused_tokens,
+            prefill_tokens=usage.prefill_tokens,
+            decode_tokens=usage.decode_tokens,
+            closing_tokens=usage.closing_tokens,
+        ),
+    )
 
 
 @router.get("/{id}/artifacts", response_model=ArtifactList, summary="The ordered artifacts of the live state")
-async def list_artifacts(id: str, principal: PrincipalDep) -> ArtifactList:
-    raise NotImplementedYet("sessions are not built yet")
+async def list_artifacts(id: str, principal: PrincipalDep, sessions: SessionsDep) -> ArtifactList:
+    return ArtifactList(artifacts=[_artifact_out(v) for v in await sessions.artifacts(principal.tenant_id, id)])
 
 
 @router.get(
     "/{id}/artifacts/{artifact_id}/descendants", response_model=ArtifactList, summary="Taint closure of an artifact"
 )
-async def artifact_descendants(id: str, artifact_id: str, principal: PrincipalDep) -> ArtifactList:
-    raise NotImplementedYet("sessions are not built yet")
+async def artifact_descendants(
+    id: str, artifact_id: str, principal: PrincipalDep, sessions: SessionsDep
+) -> ArtifactList:
+    views = await sessions.descendants(principal.tenant_id, id, artifact_id)
+    return ArtifactList(artifacts=[_artifact_out(v) for v in views])
 
 
 @router.post("/{id}/compact", response_model=SessionOut, summary="Replace older turns with a summary")
 async def compact_session(id: str, principal: PrincipalDep, body: CompactRequest | None = None) -> SessionOut:
-    raise NotImplementedYet("sessions are not built yet")
+    raise NotImplementedYet("compaction is not built yet")

@@ -97,13 +97,19 @@ class ReplyOut(BaseModel):
     artifact_id: str
     content: str
     tool_calls: list[ToolCallOut] = Field(default_factory=list)
+    finish_reason: Literal["stop", "length"] | None = None
 
 
 class UsageOut(BaseModel):
-    prompt_tokens: int
-    reused_tokens: int
-    prefill_tokens: int
-    decode_tokens: int
+    """The engine's measured token counts for this transition: `prompt_tokens = reused_tokens + prefill_tokens`."""
+
+    prompt_tokens: int = Field(description="The log the reply was sampled from (without a reply: the log after it)")
+    reused_tokens: int = Field(description="Prompt tokens whose KV came from the cache")
+    prefill_tokens: int = Field(description="Prompt tokens computed by this transition")
+    decode_tokens: int = Field(description="Tokens sampled, a stop token included")
+    closing_tokens: int = Field(
+        default=0, description="Tokens computed after sampling to close the turn in the cache (end-of-turn marker)"
+    )
 
 
 class TurnOut(BaseModel):
@@ -124,13 +130,18 @@ class ArtifactOut(BaseModel):
     kind: ArtifactKind
     turn: int
     content: str
-    token_span: tuple[int, int]
-    parents: list[str]
-    source_ids: list[str]
+    token_span: tuple[int, int] = Field(description="[start, end) in the session's token log; live spans tile it")
+    parents: list[str] = Field(description="The stored provenance parents (the transitive reduction of the context)")
+    source_ids: list[str] = Field(description="The observations this artifact derives from (itself, if one)")
     committed: bool
+    source: str | None = Field(default=None, description="Where a document came from")
+    tool_call_id: str | None = Field(default=None, description="The call a tool result answers")
 
 
 class ArtifactList(BaseModel):
+    """Artifacts in log order. For `/descendants`: the taint closure, i.e. the artifact (first) and every artifact
+    whose context reached it."""
+
     artifacts: list[ArtifactOut]
 
 

@@ -1,0 +1,159 @@
+"""SQL for artifacts and their provenance edges. Callers have checked the session's tenant; queries that a client's
+id reaches (an artifact id) filter on the tenant again, so a foreign id reads as unknown whatever the caller did."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import String, func, insert, literal, select
+from sqlalchemy.dialects.postgresql import array
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Artifact, ProvenanceEdge
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """What a transition needs of a stored artifact: its tokens, provenance and the chunk recipe it carries."""
+
+    id: str
+    kind: str
+    turn: int
+    position: int
+    token_start: int
+    token_end: int
+    token_ids: list[int]
+    source_ids: list[str]
+    chunks: Any  # {"at": offset, "sizes": [...]} on the last artifact of a transition the engine reported; else None
+
+
+async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
+    stmt = (
+        select(
+            Artifact.id,
+            Artifact.kind,
+            Artifact.turn,
+            Artifact.position,
+            Artifact.token_start,
+            Artifact.token_end,
+            Artifact.token_ids,
+            Artifact.source_ids,
+            Artifact.meta["chunks"],
+        )
+        .where(Artifact.session_id == session_id)
+        .order_by(Artifact.position)
+    )
+    return [LogEntry(*row) for row in (await db.execute(stmt)).all()]
+
+
+async def insert_artifacts(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        await db.execute(insert(Artifact), list(rows))
+
+
+async def insert_edges(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        await db.execute(insert(ProvenanceEdge), list(rows))
+
+
+async def list_live(db: AsyncSession, tenant_id: str, session_id: str) -> list[Artifact]:
+    stmt = (
+        select(Artifact)
+        .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id)
+        .order_by(Artifact.position)
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def get(db: AsyncSession, tenant_id: str, session_id: str, artifact_id: str) -> Artifact | None:
+    stmt = select(Artifact).where(
+        Artifact.id == artifact_id, Artifact.session_id == session_id, Artifact.tenant_id == tenant_id
+    )
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def parents_of(db: AsyncSession, session_id: str, child_ids: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """child id → parent ids in log order (all children of the session when `child_ids` is None)."""
+    parent = Artifact.__table__.alias("parent")
+    stmt = (
+        select(ProvenanceEdge.child_id, ProvenanceEdge.parent_id)
+        .join(parent, parent.c.id == ProvenanceEdge.parent_id)
+        .where(ProvenanceEdge.session_id == session_id)
+        .order_by(ProvenanceEdge.child_id, parent.c.position)
+    )
+    if child_ids is not None:
+        stmt = stmt.where(ProvenanceEdge.child_id.in_(list(child_ids)))
+    out: dict[str, list[str]] = {}
+    for child_id, parent_id in (await db.execute(stmt)).all():
+        out.setdefault(child_id, []).append(parent_id)
+    return out
+
+
+def _closure_cte(session_id: str, root_id: str) -> Any:
+    # UNION (not UNION ALL) drops ids already reached, so the recursion visits each artifact once on a DAG.
+    closure = select(literal(root_id, String).label("id")).cte("closure", recursive=True)
+    step = (
+        select(ProvenanceEdge.child_id)
+        .join(closure, ProvenanceEdge.parent_id == closure.c.id)
+        .where(ProvenanceEdge.session_id == session_id)
+    )
+    return closure.union(step)
+
+
+_JOIN_SETTINGS = ("enable_hashjoin", "enable_mergejoin")
+
+
+@asynccontextmanager
+async def _index_walk(db: AsyncSession) -> AsyncIterator[None]:
+    """Plan the closure's recursive step as one index probe per reached artifact.
+
+    The planner guesses 10 rows for a recursion's working table and, on small sessions, hashes the session's whole
+    edge list at every level; the closure of the full policy's reduced edges is a chain, one artifact per level, so
+    that costs O(depth x edges) (30 ms at 1k artifacts against 1 ms probing provenance_edges' primary key, measured
+    by bench/provenance_bench.py). The settings are transaction-local and restored right after."""
+    previous = (await db.execute(select(*(func.current_setting(name) for name in _JOIN_SETTINGS)))).one()
+    await db.execute(select(*(func.set_config(name, "off", True) for name in _JOIN_SETTINGS)))
+    try:
+        yield
+    finally:
+        await db.execute(select(*(func.set_config(n, v, True) for n, v in zip(_JOIN_SETTINGS, previous, strict=True))))
+
+
+async def closure(db: AsyncSession, tenant_id: str, session_id: str, root_id: str) -> list[Artifact]:
+    """The root artifact and everything reachable from it over provenance edges, in log order."""
+    cte = _closure_cte(session_id, root_id)
+    stmt = (
+        select(Artifact)
+        .join(cte, Artifact.id == cte.c.id)
+        .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id)
+        .order_by(Artifact.position)
+    )
+    async with _index_walk(db):
+        return list((await db.execute(stmt)).scalars())
+
+
+async def closure_ids(db: AsyncSession, session_id: str, root_id: str) -> list[str]:
+    """The closure's ids only (the benchmark's query, and what a forget plan needs first)."""
+    cte = _closure_cte(session_id, root_id)
+    async with _index_walk(db):
+        return list((await db.execute(select(cte.c.id))).scalars())
+
+
+async def first_entry(db: AsyncSession, tenant_id: str, session_id: str, source_ids: Sequence[str]) -> int | None:
+    """The turn of the earliest artifact carrying any of `source_ids` (τ of Algorithm 1), None if none does."""
+    stmt = select(func.min(Artifact.turn)).where(
+        Artifact.session_id == session_id,
+        Artifact.tenant_id == tenant_id,
+        Artifact.source_ids.op("&&")(array(list(source_ids), type_=String)),
+    )
+    value = (await db.execute(stmt)).scalar_one_or_none()
+    return None if value is None else int(value)
+
+
+async def count_edges(db: AsyncSession, session_id: str) -> int:
+    stmt = select(func.count()).select_from(ProvenanceEdge).where(ProvenanceEdge.session_id == session_id)
+    return int((await db.execute(stmt)).scalar_one())
+

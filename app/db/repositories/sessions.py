@@ -1,0 +1,107 @@
+"""SQL for sessions and their checkpoints. Every lookup is scoped to the tenant: a foreign id reads as unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AgentSession, Checkpoint
+from app.ids import new_id
+
+LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout expiry
+
+
+class LockTimeout(Exception):
+    """The session row stayed locked (a turn or a forget on it) longer than the caller's bound."""
+
+
+def _sqlstate(error: DBAPIError) -> str | None:
+    state = getattr(error.orig, "sqlstate", None) or getattr(getattr(error.orig, "__cause__", None), "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+async def create(db: AsyncSession, **values: Any) -> AgentSession:
+    row = AgentSession(**values)
+    db.add(row)
+    await db.flush()
+    return row
+
+
+async def get(db: AsyncSession, tenant_id: str, session_id: str) -> AgentSession | None:
+    stmt = select(AgentSession).where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def lock(db: AsyncSession, tenant_id: str, session_id: str, timeout_s: float) -> AgentSession | None:
+    """Lock the session row for the rest of the transaction, waiting at most `timeout_s` (LockTimeout after).
+
+    The row lock is what serializes turns (and forgets) on one session across every API process on the database;
+    `lock_timeout` is set for this transaction only, so a pooled connection keeps its default."""
+    await db.execute(select(func.set_config("lock_timeout", f"{max(1, int(timeout_s * 1000))}ms", True)))
+    stmt = (
+        select(AgentSession)
+        .where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    try:
+        return (await db.execute(stmt)).scalar_one_or_none()
+    except DBAPIError as exc:
+        if _sqlstate(exc) == LOCK_NOT_AVAILABLE:
+            raise LockTimeout(session_id) from exc
+        raise
+
+
+async def is_locked(db: AsyncSession, tenant_id: str, session_id: str) -> bool:
+    """Whether a transaction holds the row lock now (a turn or forget in flight, in any process). FOR KEY SHARE
+    conflicts only with FOR UPDATE, and SKIP LOCKED never waits: the probe cannot delay the turn it observes."""
+    stmt = (
+        select(AgentSession.id)
+        .where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
+        .with_for_update(key_share=True, skip_locked=True)
+    )
+    return (await db.execute(stmt)).scalar_one_or_none() is None
+
+
+async def record_transition(db: AsyncSession, session_id: str, *, turns: int, token_count: int) -> None:
+    await db.execute(
+        update(AgentSession)
+        .where(AgentSession.id == session_id)
+        .values(turns=turns, token_count=token_count, updated_at=func.now())
+    )
+
+
+async def delete_session(db: AsyncSession, tenant_id: str, session_id: str) -> bool:
+    """Delete the row; artifacts, provenance edges and checkpoints go with it (ON DELETE CASCADE)."""
+    stmt = (
+        delete(AgentSession)
+        .where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
+        .returning(AgentSession.id)
+    )
+    return (await db.execute(stmt)).scalar_one_or_none() is not None
+
+
+async def add_checkpoints(db: AsyncSession, session_id: str, rows: Sequence[tuple[int, int, str]]) -> None:
+    """(turn, token_offset, manifest_sha256) rows; a boundary already recorded keeps its first checkpoint."""
+    if not rows:
+        return
+    values = [
+        {"id": new_id("ckp"), "session_id": session_id, "turn": turn, "token_offset": offset, "manifest_sha256": sha}
+        for turn, offset, sha in rows
+    ]
+    await db.execute(insert(Checkpoint).values(values).on_conflict_do_nothing(index_elements=["session_id", "turn"]))
+
+
+async def checkpoints(db: AsyncSession, tenant_id: str, session_id: str) -> list[Checkpoint]:
+    stmt = (
+        select(Checkpoint)
+        .join(AgentSession, AgentSession.id == Checkpoint.session_id)
+        .where(Checkpoint.session_id == session_id, AgentSession.tenant_id == tenant_id)
+        .order_by(Checkpoint.turn)
+    )
+    return list((await db.execute(stmt)).scalars())

@@ -1,0 +1,71 @@
+"""Context policies: which artifacts a model call depends on, stored as provenance edges.
+
+`full` (the only policy so far): the context of a model call is the whole prefix of the log, the conservative taint
+of Lemma 2. Recording an edge from every prefix artifact to every reply would cost O(n) edges per turn and O(n²) per
+session; we store the *transitive reduction* instead. The parents of a reply are
+
+    every artifact added since the previous model output, plus that previous model output
+
+(for the first reply: everything from the system block on). Reachability is unchanged: any earlier artifact either
+is a parent or was added before the previous model output, which by induction reaches it, and that output is a
+parent. So `descendants(a)` over the stored edges is exactly the set of replies whose context held `a`, at
+O(new artifacts) edges per turn. The API's `parents` are these stored parents.
+
+`retrieval` (DeLLM, a later issue) will return exactly the retrieved artifacts: no reduction applies there, because
+the context is not a prefix. It slots in as another `ContextPolicy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.runtime.blocks import MODEL_KINDS
+
+
+@dataclass(frozen=True)
+class Node:
+    """A stored or about-to-be-stored artifact, as provenance sees it."""
+
+    id: str
+    kind: str
+    source_ids: tuple[str, ...]
+
+
+class ContextPolicy(Protocol):
+    name: str
+
+    def reply_parents(self, prefix: Sequence[Node], new: Sequence[Node]) -> list[Node]:
+        """The parents of a model output produced after `prefix` (stored, in log order) and `new` (this
+        transition's observations, in order)."""
+        ...
+
+
+class FullContext:
+    name = "full"
+
+    def reply_parents(self, prefix: Sequence[Node], new: Sequence[Node]) -> list[Node]:
+        tail: list[Node] = []
+        for node in reversed(prefix):  # O(artifacts since the previous model output), not O(prefix)
+            tail.append(node)
+            if node.kind in MODEL_KINDS:
+                break
+        tail.reverse()
+        return [*tail, *new]
+
+
+def policy_for(name: str) -> ContextPolicy:
+    if name == "full":
+        return FullContext()
+    # The API refuses other policies until they are built; reaching here is a programming error.
+    raise ValueError(f"no context policy {name!r}")
+
+
+def union_sources(parents: Sequence[Node]) -> list[str]:
+    """A model output carries every source of its context; under the reduction, its parents' sources are that."""
+    seen: dict[str, None] = {}
+    for node in parents:
+        for source in node.source_ids:
+            seen.setdefault(source, None)
+    return list(seen)

@@ -1,0 +1,110 @@
+"""What one transition writes: artifact rows tiling the log, provenance edges, the manifests around it.
+
+Pure functions over the stored log and the engine's outcome, so a replay (the forget issue) plans its records the
+same way as the original run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.db.repositories.artifacts import LogEntry
+from app.ids import new_id
+from app.runtime.blocks import MODEL_KINDS, Block
+from app.runtime.context import Node, policy_for, union_sources
+from app.runtime.transition import Outcome, StoredLog
+
+Manifest = list[tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class TransitionRecords:
+    artifacts: list[dict[str, Any]]  # rows for `artifacts`, in log order
+    edges: list[dict[str, Any]]  # rows for `provenance_edges`
+    kinds: list[str]  # the kinds this transition added
+    manifest_before: Manifest
+    manifest_after: Manifest
+    token_count: int  # the log length after the transition
+
+    @property
+    def input_ids(self) -> list[str]:
+        return [a["id"] for a in self.artifacts if a["kind"] not in MODEL_KINDS]
+
+    @property
+    def reply(self) -> dict[str, Any] | None:
+        return next((a for a in reversed(self.artifacts) if a["kind"] in MODEL_KINDS), None)
+
+
+def stored_log(log: Sequence[LogEntry]) -> StoredLog:
+    """The log as the database has it, with the longest contiguous chunk recipe its artifacts carry."""
+    tokens = [t for entry in log for t in entry.token_ids]
+    recipe: list[int] = []
+    for entry in log:
+        chunks = entry.chunks
+        if not isinstance(chunks, dict):
+            continue
+        sizes = chunks.get("sizes")
+        if chunks.get("at") != sum(recipe) or not isinstance(sizes, list):
+            break  # a transition without a recipe (or a rewritten suffix): only the prefix before it is known
+        recipe.extend(int(s) for s in sizes)
+    return StoredLog(tokens, recipe if sum(recipe) <= len(tokens) else [])
+
+
+def plan_records(
+    tenant_id: str,
+    session_id: str,
+    turn: int,
+    log: Sequence[LogEntry],
+    blocks: Sequence[Block],
+    outcome: Outcome | None,
+    context_policy: str,
+) -> TransitionRecords:
+    position = log[-1].position + 1 if log else 0
+    offset = log[-1].token_end if log else 0
+    prefix = [Node(e.id, e.kind, tuple(e.source_ids)) for e in log]
+    added: list[Node] = []  # this transition's artifacts so far (a later model output's context includes them)
+    rows: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    policy = policy_for(context_policy)
+    for index, block in enumerate(blocks):
+        artifact_id = new_id("art")
+        meta = dict(block.meta)
+        if block.kind in MODEL_KINDS:
+            parents = policy.reply_parents(prefix, added)
+            sources = union_sources(parents)
+            edges.extend(
+                {"session_id": session_id, "parent_id": p.id, "child_id": artifact_id, "turn": turn} for p in parents
+            )
+            if outcome is not None and outcome.finish_reason is not None:
+                meta["finish_reason"] = outcome.finish_reason
+        else:
+            sources = [artifact_id]  # an observation is a source: forgetting it starts from here
+        if index == len(blocks) - 1 and outcome is not None and outcome.chunks is not None:
+            meta["chunks"] = {"at": outcome.chunks_at, "sizes": outcome.chunks}
+        end = offset + len(block.token_ids)
+        rows.append({
+            "id": artifact_id,
+            "tenant_id": tenant_id,
+            "session_id": session_id,
+            "position": position,
+            "kind": block.kind,
+            "turn": turn,
+            "content": block.content,
+            "token_start": offset,
+            "token_end": end,
+            "token_ids": list(block.token_ids),
+            "source_ids": sources,
+            "committed": False,  # true only for tool calls whose side effect fired (the tools issue)
+            "meta": meta,
+        })
+        node = Node(artifact_id, block.kind, tuple(sources))
+        if block.kind in MODEL_KINDS:
+            prefix, added = [*prefix, *added, node], []
+        else:
+            added.append(node)
+        position, offset = position + 1, end
+    before = [(e.id, e.token_start, e.token_end) for e in log]
+    after = before + [(r["id"], r["token_start"], r["token_end"]) for r in rows]
+    return TransitionRecords(rows, edges, [b.kind for b in blocks], before, after, offset)

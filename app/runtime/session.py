@@ -1,0 +1,273 @@
+"""The session service: creates sessions and commits transitions R_t = F(R_{t-1}, o_t).
+
+One transition is one unit of work: lock the session row (bounded wait; a waiter past the bound gets 409
+session_busy), read the stored log, run F on the engine (transition.py), then write its artifacts, provenance edges,
+checkpoints and the session's counters in the same transaction. The row lock is held across the model call, so turns
+on one session are serialized across every API process on the database; if the model call fails nothing is written
+and this process's cache handle is cropped back before the lock is released.
+
+Transition 0 is the system block, written at creation without an engine call (the first turn prefills it together
+with its own tokens, and a replay does the same, see transition.py). Transition t (t ≥ 1) is the t-th POST of turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.container import EngineSlot
+from app.db.models import AgentSession, Artifact
+from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
+from app.engine.protocol import KVEngine
+from app.errors import NotFound, NotReady, SessionBusy
+from app.ids import new_id
+from app.provenance import graph
+from app.runtime import checkpoints
+from app.runtime.blocks import Block, Observation, render
+from app.runtime.handles import HandleRegistry
+from app.runtime.records import TransitionRecords, plan_records, stored_log
+from app.runtime.transition import Outcome, Usage, advance, check_room, rewind, sampling_for, sync
+
+DEFAULT_LOCK_TIMEOUT_S = 30.0  # longer than a typical turn, so turns queued behind one another do not fail
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    system_prompt: str | None = None
+    memory_namespace: str | None = None
+    context_policy: str = "full"
+    retrieval: dict[str, Any] = field(default_factory=dict)
+    checkpoint_policy: str = "every_turn"
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SessionView:
+    row: AgentSession
+    status: str
+
+
+@dataclass(frozen=True)
+class ArtifactView:
+    row: Artifact
+    parents: list[str]
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    turn: int
+    epoch: int
+    input_ids: list[str]
+    reply_id: str | None
+    reply_content: str | None
+    usage: Usage
+    finish_reason: str | None
+
+
+class SessionService:
+    def __init__(
+        self,
+        db: Database,
+        engine: EngineSlot,
+        handles: HandleRegistry,
+        *,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
+        self.db = db
+        self.slot = engine
+        self.handles = handles
+        self.lock_timeout_s = lock_timeout_s
+
+    def _engine(self) -> KVEngine:
+        if not self.slot.ready:
+            raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
+        return self.slot.engine
+
+    # -- sessions -----------------------------------------------------------------------------------------------
+
+    async def create(self, tenant_id: str, config: SessionConfig) -> SessionView:
+        system: Block | None = None
+        if config.system_prompt is not None:
+            system = render(self._engine().chat, Observation("system", config.system_prompt))
+        session_id = new_id("ses")
+        async with self.db.transaction() as tx:
+            row = await sessions_repo.create(
+                tx,
+                id=session_id,
+                tenant_id=tenant_id,
+                epoch=0,
+                status="idle",
+                system_prompt=config.system_prompt,
+                memory_namespace=config.memory_namespace,
+                context_policy=config.context_policy,
+                checkpoint_policy=config.checkpoint_policy,
+                retrieval=config.retrieval,
+                tools=config.tools,
+                sampling=config.sampling,
+                turns=0,
+                token_count=0 if system is None else len(system.token_ids),
+            )
+            records = plan_records(
+                tenant_id, session_id, 0, [], [] if system is None else [system], None, row.context_policy
+            )
+            await artifacts_repo.insert_artifacts(tx, records.artifacts)
+            marks = checkpoints.at_session_start(row.checkpoint_policy, records.manifest_after)
+            await sessions_repo.add_checkpoints(tx, session_id, _rows(marks))
+        return SessionView(row, "idle")
+
+    async def get(self, tenant_id: str, session_id: str) -> SessionView:
+        async with self.db.transaction() as tx:
+            row = await self._require(tx, tenant_id, session_id)
+            status = row.status
+            if status == "idle" and await sessions_repo.is_locked(tx, tenant_id, session_id):
+                status = "running"
+        return SessionView(row, status)
+
+    async def delete(self, tenant_id: str, session_id: str) -> None:
+        async with self._queued(session_id) as deadline, self.db.transaction() as tx:
+            await self._lock(tx, tenant_id, session_id, deadline)  # waits out a turn in flight rather than racing it
+            await sessions_repo.delete_session(tx, tenant_id, session_id)
+        handle = self.handles.pop(session_id)
+        if handle is not None and self.slot.ready:
+            await self.slot.engine.release(handle)
+
+    async def _require(self, tx: AsyncSession, tenant_id: str, session_id: str) -> AgentSession:
+        row = await sessions_repo.get(tx, tenant_id, session_id)
+        if row is None:
+            raise NotFound(f"no session {session_id!r}")
+        return row
+
+    @asynccontextmanager
+    async def _queued(self, session_id: str) -> AsyncIterator[float]:
+        """Wait in this process's queue for the session (bounded); yields the deadline left for the row lock."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_timeout_s
+        queue = self.handles.queue(session_id)
+        try:
+            await asyncio.wait_for(queue.acquire(), self.lock_timeout_s)
+        except TimeoutError:
+            raise _busy(session_id) from None
+        try:
+            yield deadline
+        finally:
+            queue.release()
+
+    async def _lock(self, tx: AsyncSession, tenant_id: str, session_id: str, deadline: float) -> AgentSession:
+        left = max(0.05, deadline - asyncio.get_running_loop().time())
+        try:
+            row = await sessions_repo.lock(tx, tenant_id, session_id, left)
+        except sessions_repo.LockTimeout:
+            raise _busy(session_id) from None
+        if row is None:
+            self.handles.pop(session_id)  # deleted elsewhere: this process's handle is garbage now
+            raise NotFound(f"no session {session_id!r}")
+        if row.status == "forgetting":
+            # A forget that marks the session and works outside the row lock: nothing may change under it.
+            raise SessionBusy(f"session {session_id!r} is being forgotten; retry later", headers={"Retry-After": "2"})
+        return row
+
+    # -- transitions --------------------------------------------------------------------------------------------
+
+    async def turn(
+        self, tenant_id: str, session_id: str, observations: Sequence[Observation], generate: bool = True
+    ) -> TurnResult:
+        empty = not observations and not generate
+        # An empty transition is bookkeeping only (what a forget leaves where an observation held only the target):
+        # it needs no engine, so it works while the model loads.
+        engine = None if empty else self._engine()
+        blocks = [] if engine is None else [render(engine.chat, o) for o in observations]
+        async with self._queued(session_id) as deadline, self.db.transaction() as tx:
+            row = await self._lock(tx, tenant_id, session_id, deadline)
+            turn = row.turns + 1
+            log = await artifacts_repo.load_log(tx, session_id)
+            if engine is None:
+                outcome = None
+                records = plan_records(tenant_id, session_id, turn, log, [], None, row.context_policy)
+                await self._write(tx, row, turn, records)
+            else:
+                outcome, records = await self._run(tx, engine, row, turn, log, blocks, generate)
+        return _result(turn, row.epoch, records, outcome)
+
+    async def _run(
+        self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
+        blocks: list[Block], generate: bool,
+    ) -> tuple[Outcome, TransitionRecords]:
+        stored = stored_log(log)
+        room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
+        sampling = sampling_for(row.sampling, turn, room) if generate else None
+        synced = await sync(engine, self.handles.get(row.id), row.id, row.tenant_id, stored)
+        self.handles.put(row.id, synced.handle)
+        try:
+            outcome = await advance(engine, synced, blocks, sampling)
+            records = plan_records(row.tenant_id, row.id, turn, log, outcome.blocks, outcome, row.context_policy)
+            await self._write(tx, row, turn, records)
+        except BaseException:
+            # Nothing of the transition is written; crop the handle back while the row lock still keeps every other
+            # turn of this session away from it. (A failed commit after this point leaves the handle ahead of the
+            # database: the next turn's sync crops it.)
+            try:
+                await rewind(engine, synced.handle, len(stored.tokens))
+            except Exception:
+                self.handles.pop(row.id)  # a handle in doubt is dropped; the next turn rebuilds from the database
+            raise
+        return outcome, records
+
+    async def _write(self, tx: AsyncSession, row: AgentSession, turn: int, records: TransitionRecords) -> None:
+        await artifacts_repo.insert_artifacts(tx, records.artifacts)
+        await artifacts_repo.insert_edges(tx, records.edges)
+        marks = checkpoints.for_transition(
+            row.checkpoint_policy, turn, records.kinds, records.manifest_before, records.manifest_after
+        )
+        await sessions_repo.add_checkpoints(tx, row.id, _rows(marks))
+        await sessions_repo.record_transition(tx, row.id, turns=turn, token_count=records.token_count)
+        row.turns, row.token_count = turn, records.token_count
+
+    # -- artifacts ----------------------------------------------------------------------------------------------
+
+    async def artifacts(self, tenant_id: str, session_id: str) -> list[ArtifactView]:
+        async with self.db.transaction() as tx:
+            await self._require(tx, tenant_id, session_id)
+            rows = await artifacts_repo.list_live(tx, tenant_id, session_id)
+            parents = await artifacts_repo.parents_of(tx, session_id)
+        return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+
+    async def descendants(self, tenant_id: str, session_id: str, artifact_id: str) -> list[ArtifactView]:
+        async with self.db.transaction() as tx:
+            await self._require(tx, tenant_id, session_id)
+            if await artifacts_repo.get(tx, tenant_id, session_id, artifact_id) is None:
+                raise NotFound(f"no artifact {artifact_id!r} in session {session_id!r}")
+            rows = await graph.taint_closure(tx, tenant_id, session_id, artifact_id)
+            parents = await artifacts_repo.parents_of(tx, session_id, [a.id for a in rows])
+        return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+
+
+def _busy(session_id: str) -> SessionBusy:
+    return SessionBusy(
+        f"session {session_id!r} is busy (a turn or a forget is running on it); retry later",
+        headers={"Retry-After": "2"},
+    )
+
+
+def _rows(marks: list[checkpoints.Boundary]) -> list[tuple[int, int, str]]:
+    return [(b.turn, b.token_offset, b.manifest_sha256) for b in marks]
+
+
+def _result(turn: int, epoch: int, records: TransitionRecords, outcome: Outcome | None) -> TurnResult:
+    reply = records.reply
+    return TurnResult(
+        turn=turn,
+        epoch=epoch,
+        input_ids=records.input_ids,
+        reply_id=None if reply is None else reply["id"],
+        reply_content=None if reply is None else reply["content"],
+        usage=Usage(0, 0, 0, 0, 0) if outcome is None else outcome.usage,
+        finish_reason=None if outcome is None else outcome.finish_reason,
+    )

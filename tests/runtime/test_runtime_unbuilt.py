@@ -1,0 +1,28 @@
+"""Options the runtime does not honour yet are refused with 501, never accepted and silently ignored."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("option", "word"),
+    [
+        ({"context_policy": "retrieval"}, "retrieval"),
+        ({"memory_namespace": "user-1"}, "memory"),
+        ({"tools": [{"name": "get_balance", "kind": "read_only"}]}, "tools"),
+    ],
+)
+def test_unbuilt_session_options_answer_501(client: httpx.Client, option: dict[str, object], word: str) -> None:
+    response = client.post("/v1/sessions", json={"system_prompt": "Hi.", **option})
+    assert response.status_code == 501, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert word in response.json()["detail"]
+
+
+def test_streaming_turns_answer_501(client: httpx.Client) -> None:
+    sid = client.post("/v1/sessions", json={}).json()["id"]
+    response = client.post(f"/v1/sessions/{sid}/turns", json={"inputs": [], "generate": False, "stream": True})
+    assert response.status_code == 501
+    assert client.get(f"/v1/sessions/{sid}").json()["turns"] == 0
