@@ -85,12 +85,6 @@ class HFEngine:
             raise AttributeError("the hf engine is not started: its tokenizer loads in start()")
         return self._chat
 
-    @chat.setter
-    def chat(self, value: ChatTemplate) -> None:
-        if not isinstance(value, ChatMLTemplate):
-            raise TypeError("the hf engine renders ChatML only")
-        self._chat = value
-
     @property
     def ready(self) -> bool:
         return self._model is not None and not self._closed

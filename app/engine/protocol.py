@@ -83,7 +83,11 @@ class ChatTemplate(Protocol):
 class KVEngine(Protocol):
     name: str
     model_id: str
-    chat: ChatTemplate
+
+    @property
+    def chat(self) -> ChatTemplate:
+        """The model's block renderer; available once `start` has loaded the tokenizer."""
+        ...
 
     async def start(self) -> None:
         """Load weights / connect. Never blocks the event loop."""

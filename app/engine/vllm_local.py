@@ -105,13 +105,6 @@ class VLLMEngine:
             raise AttributeError("the vllm engine is not started: its tokenizer loads in start()")
         return self._chat
 
-    @chat.setter
-    def chat(self, value: ChatTemplate) -> None:
-        # The protocol declares `chat` a plain attribute; only a ChatML template renders what the stop ids assume.
-        if not isinstance(value, ChatMLTemplate):
-            raise TypeError("the vllm engine renders ChatML only")
-        self._chat = value
-
     @property
     def ready(self) -> bool:
         return self._llm is not None and not self._closed and not self._llm.errored

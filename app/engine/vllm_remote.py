@@ -82,13 +82,6 @@ class VLLMRemoteEngine:
             raise AttributeError("the vllm-remote engine is not started: its tokenizer loads in start()")
         return self._chat
 
-    @chat.setter
-    def chat(self, value: ChatTemplate) -> None:
-        # The protocol declares `chat` a plain attribute; only a ChatML template renders what the stop ids assume.
-        if not isinstance(value, ChatMLTemplate):
-            raise TypeError("the vllm-remote engine renders ChatML only")
-        self._chat = value
-
     @property
     def ready(self) -> bool:
         return self._client is not None and not self._closed
