@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from app.db.session import Database
+from app.embeddings import Embedder
 from app.engine.protocol import KVEngine
 from app.observability.metrics import Metrics
 from app.runtime.handles import HandleRegistry
@@ -45,4 +46,7 @@ class Container:
     engine: EngineSlot
     tenants: TenantService
     handles: HandleRegistry = field(default_factory=HandleRegistry)
+    embedder: Embedder = field(default_factory=Embedder)
+    # Set by a submit to wake this process's forget worker at once (other processes find the job by polling).
+    forget_wake: asyncio.Event = field(default_factory=asyncio.Event)
     background: list[asyncio.Task[None]] = field(default_factory=list)

@@ -38,6 +38,18 @@ class Settings(BaseSettings):
     session_lock_timeout_s: float = Field(
         default=30.0, gt=0, le=600, description="How long a turn waits for its session before 409 session_busy."
     )
+    forget_wait_s: float = Field(
+        default=60.0, gt=0, le=600, description="How long POST /v1/forget with wait: true waits before answering 202."
+    )
+    forget_lease_s: float = Field(
+        default=30.0, ge=1, le=3600, description="A worker's lease on a forget job; a dead worker's job is retried."
+    )
+    forget_poll_s: float = Field(
+        default=1.0, gt=0, le=60, description="How often a worker looks for jobs that other processes queued."
+    )
+    forget_lock_timeout_s: float = Field(
+        default=120.0, gt=0, le=3600, description="How long a forget waits for a turn in flight before requeueing."
+    )
     vllm_url: str | None = Field(default=None, description="Base URL of a `vllm serve` fleet (engine vllm-remote).")
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None

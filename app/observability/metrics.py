@@ -23,3 +23,29 @@ class Metrics:
         self.ready = Gauge(
             "lethe_ready", "1 when the database and the engine are ready.", registry=self.registry
         )
+        # Replay cost (deploy/grafana/dashboards/lethe.json plots these).
+        self.forget_jobs = Counter(
+            "lethe_forget_jobs_total", "Forget jobs finished, by strategy and final status.",
+            ["strategy", "status"], registry=self.registry,
+        )
+        self.forget_duration = Histogram(
+            "lethe_forget_duration_seconds", "Wall time of a forget job from claim to receipt.",
+            ["strategy"], registry=self.registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+        )
+        self.forget_transitions = Histogram(
+            "lethe_forget_transitions_replayed", "Transitions recomputed per forgotten session.",
+            ["strategy"], registry=self.registry, buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
+        self.forget_tokens = Counter(
+            "lethe_forget_tokens_total", "Tokens a forget reused from cache, prefilled or decoded.",
+            ["strategy", "kind"], registry=self.registry,
+        )
+        self.forget_full_reset = Counter(
+            "lethe_forget_full_reset_estimate_tokens_total",
+            "Tokens a cold full reset of the same sessions would have computed (the saving's denominator).",
+            ["strategy"], registry=self.registry,
+        )
+        self.forget_queue_depth = Gauge(
+            "lethe_forget_queue_depth", "Forget jobs queued or running (all processes), as this process last saw.",
+            registry=self.registry,
+        )

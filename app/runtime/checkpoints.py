@@ -1,11 +1,10 @@
 """Checkpoints: metadata only, so restoring one is a crop of the cache to its token offset (Lemma 1).
 
 A checkpoint names a transition boundary: `turn` (the transition it ends), `token_offset` (the log length there: a
-chunk boundary of the cache, except after transition 0, whose system block the first turn prefills together with its
-own tokens; a crop there leaves the block pending and the replayed first call prefills it the same way, see
-transition.py), `env_snapshot_id` (none until tools have environments) and
-`manifest_sha256`, the SHA-256 of the prompt manifest at that boundary: for every live artifact in log order the
-line `<artifact id>\\t<token_start>\\t<token_end>\\n`. A forget checks the manifest before it crops, so a boundary
+chunk boundary of the cache, transition 0 included, since the first turn prefills the system block in its own call,
+see transition.py), `env_snapshot_id` (none until tools have environments) and `manifest_sha256`, the SHA-256
+of the prompt manifest at that boundary: for every live artifact in log order the line
+`<artifact id>\\t<token_start>\\t<token_end>\\n`. A forget checks the manifest before it crops, so a boundary
 whose prefix has changed since (another forget, a compaction) is never restored by mistake.
 
 Policies (the paper's granularity ablation: any policy is exact, finer ones only reuse more prefix):

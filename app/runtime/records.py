@@ -60,7 +60,10 @@ def plan_records(
     blocks: Sequence[Block],
     outcome: Outcome | None,
     context_policy: str,
+    keep_ids: Sequence[str | None] = (),
 ) -> TransitionRecords:
+    """`keep_ids[i]`, when given, is the id block i keeps: a replay re-renders observations the forget did not touch
+    under their original ids, so a client's references to them survive the rewrite."""
     position = log[-1].position + 1 if log else 0
     offset = log[-1].token_end if log else 0
     prefix = [Node(e.id, e.kind, tuple(e.source_ids)) for e in log]
@@ -69,7 +72,7 @@ def plan_records(
     edges: list[dict[str, Any]] = []
     policy = policy_for(context_policy)
     for index, block in enumerate(blocks):
-        artifact_id = new_id("art")
+        artifact_id = (keep_ids[index] if index < len(keep_ids) else None) or new_id("art")
         meta = dict(block.meta)
         if block.kind in MODEL_KINDS:
             parents = policy.reply_parents(prefix, added)
@@ -108,3 +111,14 @@ def plan_records(
     before = [(e.id, e.token_start, e.token_end) for e in log]
     after = before + [(r["id"], r["token_start"], r["token_end"]) for r in rows]
     return TransitionRecords(rows, edges, [b.kind for b in blocks], before, after, offset)
+
+
+def log_entries(rows: Sequence[dict[str, Any]]) -> list[LogEntry]:
+    """Planned artifact rows as the log entries the next transition plans against."""
+    return [
+        LogEntry(
+            r["id"], r["kind"], r["turn"], r["position"], r["token_start"], r["token_end"], list(r["token_ids"]),
+            list(r["source_ids"]), r["meta"].get("chunks"),
+        )
+        for r in rows
+    ]

@@ -146,13 +146,23 @@ class SessionService:
         return row
 
     @asynccontextmanager
-    async def _queued(self, session_id: str) -> AsyncIterator[float]:
+    async def exclusive(
+        self, tenant_id: str, session_id: str, timeout_s: float
+    ) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
+        """The session to oneself, as a turn has it: the row locked in a transaction that commits on exit. A forget
+        runs its whole rebuild inside, so a turn that arrives meanwhile waits and then applies to the new state."""
+        async with self._queued(session_id, timeout_s) as deadline, self.db.transaction() as tx:
+            yield tx, await self._lock(tx, tenant_id, session_id, deadline)
+
+    @asynccontextmanager
+    async def _queued(self, session_id: str, timeout_s: float | None = None) -> AsyncIterator[float]:
         """Wait in this process's queue for the session (bounded); yields the deadline left for the row lock."""
+        bound = self.lock_timeout_s if timeout_s is None else timeout_s
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.lock_timeout_s
+        deadline = loop.time() + bound
         queue = self.handles.queue(session_id)
         try:
-            await asyncio.wait_for(queue.acquire(), self.lock_timeout_s)
+            await asyncio.wait_for(queue.acquire(), bound)
         except TimeoutError:
             raise _busy(session_id) from None
         try:

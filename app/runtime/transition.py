@@ -4,15 +4,17 @@ Exactness (what selective replay relies on) needs the same forward passes in a r
 engine's KV differs in the last float bits when the same tokens are split into other chunks. So one transition is
 always the same calls:
 
-1. `prefill(pending + observation blocks + assistant header)`: one call, one chunk;
+0. `prefill(pending)` when the engine has not computed part of the stored log yet (the system block of
+   transition 0, which session creation does not prefill): its own call, so transition 0 ends on a chunk boundary
+   too and a forget whose target entered at transition 1 still reuses the system block;
+1. `prefill(observation blocks + assistant header)`: one call, one chunk;
 2. `generate(sampling)` with the transition's own seed;
 3. `prefill(end_of_turn)` (or, when a stop string cut the text, a crop back to the prompt and
    `prefill(encode(text) + end_of_turn)`), so the cache covers exactly the log when the transition ends.
 
-Without a reply, step 1 is `prefill(pending + observation blocks)` and nothing follows. Every transition therefore
-ends on a chunk boundary, and a crop to any transition end followed by the same per-transition calls reproduces the
-original bit for bit. `pending` is the part of the stored log the engine has not computed yet (the system block of
-transition 0, which session creation does not prefill): it joins the first call, in a replay exactly as originally.
+Without a reply, step 1 is `prefill(observation blocks)` and nothing follows. Every transition therefore ends on a
+chunk boundary, and a crop to any transition end followed by the same per-transition calls reproduces the original
+bit for bit.
 
 Engines with the `chunks` extension (hf) report the chunk sizes each transition added; the runtime stores them with
 the transition's last artifact (the *recipe*), so another process, or this one after an eviction, rebuilds a cache
@@ -57,7 +59,7 @@ class StoredLog:
 @dataclass
 class Synced:
     handle: CacheHandle
-    pending: list[int]  # the stored log's tail the engine has not seen; it joins the transition's first call
+    pending: list[int]  # the stored log's tail the engine has not seen; the transition prefills it first, alone
     prefilled: int  # prompt tokens computed while catching up (part of this transition's prefill)
 
 
@@ -167,10 +169,12 @@ async def advance(
     """Run one transition on the engine (the calls of the module docstring). `sampling` None: no reply."""
     handle, chat = synced.handle, engine.chat
     before = recipe_of(engine, handle)
-    first = [*synced.pending, *(t for block in observations for t in block.token_ids)]
+    first = [t for block in observations for t in block.token_ids]
     reply: Block | None = None
     finish: Literal["stop", "length"] | None = None
-    decoded = closing = generation_prefill = 0
+    decoded = closing = generation_prefill = pending_prefill = 0
+    if synced.pending:
+        pending_prefill = (await engine.prefill(handle, synced.pending)).prefilled
     if sampling is None:
         first_usage = await engine.prefill(handle, first)
         prompt_tokens = len(handle.tokens)
@@ -190,7 +194,7 @@ async def advance(
         else:
             closing = (await engine.prefill(handle, chat.end_of_turn())).prefilled
         reply = assistant_block(chat, generation.text, generated)
-    prefill = synced.prefilled + first_usage.prefilled + generation_prefill
+    prefill = synced.prefilled + pending_prefill + first_usage.prefilled + generation_prefill
     usage = Usage(prompt_tokens, prompt_tokens - prefill, prefill, decoded, closing)
     after = recipe_of(engine, handle)
     chunks: list[int] | None = None

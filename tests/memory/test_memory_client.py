@@ -41,7 +41,8 @@ def test_get_put_forget_history(lethe: LetheClient, ns: str) -> None:
     assert stale.value.current_version == 2 and stale.value.forgotten is False and stale.value.status == 412
 
     forgot = lethe.forget(ns, "diet")
-    assert (forgot.version, forgot.forget_id, forgot.already_forgotten) == (3, None, False)
+    assert (forgot.version, forgot.already_forgotten) == (3, False)
+    assert forgot.forget_id is not None and forgot.forget_id.startswith("fgt_")
     assert lethe.forget(ns, "diet").already_forgotten is True
     with pytest.raises(Forgotten) as gone:
         lethe.get(ns, "diet")

@@ -32,7 +32,8 @@ def test_another_tenant_sees_nothing_and_changes_nothing(
     # the second tenant's own key of the same name is a separate record with its own versions
     assert create(other_tenant, ns, "diet", "omnivore") == 1
     forgot = other_tenant.delete(f"/v1/memory/{ns}/diet").json()
-    assert forgot == {"version": 2, "forget_id": None, "already_forgotten": False}
+    assert forgot == {"version": 2, "forget_id": forgot["forget_id"], "already_forgotten": False}
+    assert other_tenant.get(f"/v1/forget/{forgot['forget_id']}").status_code == 200
     assert other_tenant.get(f"/v1/memory/{ns}").json()["keys"] == []
 
     mine = client.get(f"/v1/memory/{ns}/diet").json()

@@ -1,21 +1,56 @@
-"""Forget jobs: execution-state unlearning (built by the unlearning issue; answers 501 until then)."""
+"""Forget jobs: execution-state unlearning. HTTP in and out; the work lives in app/forget/."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any
 
-from app.api.deps import PrincipalDep
+from fastapi import APIRouter, Depends, Response
+
+from app.api.deps import ContainerDep, PrincipalDep
+from app.api.problems import problem_doc
 from app.api.schemas.forget import ForgetJobOut, ForgetRequest
-from app.errors import NotImplementedYet
+from app.forget.service import ForgetService, JobView, Submission
+from app.forget.wiring import forget_service
 
 router = APIRouter(prefix="/v1/forget", tags=["forget"])
 
 
-@router.post("", status_code=202, response_model=ForgetJobOut, summary="Start (or plan) a forget job")
-async def create_forget(body: ForgetRequest, principal: PrincipalDep) -> ForgetJobOut:
-    raise NotImplementedYet("forget jobs are not built yet")
+def get_forget(container: ContainerDep) -> ForgetService:
+    return forget_service(container)
+
+
+ForgetDep = Annotated[ForgetService, Depends(get_forget)]
+
+SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {"model": ForgetJobOut, "description": "A dry run's plan, or the job when `wait` saw it finish"},
+    503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
+}
+
+
+def job_out(view: JobView) -> ForgetJobOut:
+    return ForgetJobOut.model_validate(view, from_attributes=True)
+
+
+@router.post(
+    "", status_code=202, response_model=ForgetJobOut, summary="Start (or plan) a forget job", responses=SUBMIT_ERRORS
+)
+async def create_forget(
+    body: ForgetRequest, principal: PrincipalDep, forget: ForgetDep, response: Response
+) -> ForgetJobOut:
+    view = await forget.submit(
+        principal.tenant_id,
+        Submission(
+            target=body.target.model_dump(exclude_none=True), strategy=body.strategy, dry_run=body.dry_run,
+            wait=body.wait, reason=body.reason,
+        ),
+    )
+    if view.finished:
+        response.status_code = 200
+    if not view.dry_run:  # a plan is not stored
+        response.headers["Location"] = f"/v1/forget/{view.id}"
+    return job_out(view)
 
 
 @router.get("/{id}", response_model=ForgetJobOut, summary="A forget job and its receipt")
-async def get_forget(id: str, principal: PrincipalDep) -> ForgetJobOut:
-    raise NotImplementedYet("forget jobs are not built yet")
+async def get_forget_job(id: str, principal: PrincipalDep, forget: ForgetDep) -> ForgetJobOut:
+    return job_out(await forget.get(principal.tenant_id, id))

@@ -23,6 +23,7 @@ from app.api.schemas.memory import (
     MemoryWrite,
     MemoryWriteOut,
 )
+from app.forget.service import JobCascade
 from app.memory.service import MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag
 
@@ -40,8 +41,9 @@ Key = Annotated[str, Path(min_length=1, max_length=200, pattern=KEY_PATTERN)]
 
 
 def get_memory(container: ContainerDep) -> MemoryService:
-    # Stateless over the shared engine, so one per request costs nothing; the forget cascade will be injected here.
-    return MemoryService(container.db)
+    # Stateless, so one per request costs nothing. A forget's cascade is the selective-replay job over every session
+    # the record was injected into, queued in the tombstone's transaction.
+    return MemoryService(container.db, cascade=JobCascade("selective_replay", "memory record forgotten"))
 
 
 MemoryDep = Annotated[MemoryService, Depends(get_memory)]
@@ -118,6 +120,7 @@ async def forget_record(
     key: Key,
     principal: PrincipalDep,
     memory: MemoryDep,
+    container: ContainerDep,
     response: Response,
     source: Annotated[
         str,
@@ -130,6 +133,8 @@ async def forget_record(
     ] = "user",
 ) -> MemoryForgetOut:
     outcome = await memory.forget(principal.tenant_id, namespace, key, source=source)
+    if outcome.forget_id is not None:
+        container.forget_wake.set()  # this process's worker starts the cascade now
     response.headers["ETag"] = etag(outcome.version)
     return MemoryForgetOut(
         version=outcome.version, forget_id=outcome.forget_id, already_forgotten=outcome.already_forgotten

@@ -1,15 +1,47 @@
-"""Detector webhooks, signed in the Standard Webhooks scheme (built by the unlearning issue)."""
+"""Detector webhooks, signed in the Standard Webhooks scheme. The signature covers the raw body, so the route reads
+the bytes itself (a parsed-and-reserialized body would not verify); the schema is documented for OpenAPI."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
+from app.api.deps import ContainerDep
+from app.api.problems import problem_doc
 from app.api.schemas.forget import DetectorWebhook, WebhookAccepted
-from app.errors import NotImplementedYet
+from app.forget.wiring import forget_service
+from app.webhooks.service import DetectorWebhooks
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
+_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": DetectorWebhook.model_json_schema()}},
+    },
+    "parameters": [
+        {"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
+        for name, text in (
+            ("webhook-id", "Unique per message; a redelivery repeats it and answers the same job"),
+            ("webhook-timestamp", "Unix seconds; more than 5 minutes off answers 401"),
+            ("webhook-signature", "`v1,<base64 HMAC-SHA256(secret, \"{id}.{timestamp}.{raw body}\")>`"),
+        )
+    ],
+}
 
-@router.post("/detector", status_code=202, response_model=WebhookAccepted, summary="Forget request from a detector")
-async def detector_webhook(body: DetectorWebhook) -> WebhookAccepted:
-    raise NotImplementedYet("detector webhooks are not built yet")
+
+@router.post(
+    "/detector",
+    status_code=202,
+    response_model=WebhookAccepted,
+    summary="Forget request from an injection detector",
+    openapi_extra=_BODY,
+    responses={
+        404: problem_doc("The flagged artifact is not in the session"),
+        422: problem_doc("A verified body that does not match the schema"),
+    },
+)
+async def detector_webhook(request: Request, container: ContainerDep) -> WebhookAccepted:
+    raw = await request.body()
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    webhooks = DetectorWebhooks(container.db, forget_service(container))
+    return WebhookAccepted(forget_id=await webhooks.receive(raw, headers))

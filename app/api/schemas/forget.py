@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -49,17 +50,66 @@ class ForgetRequest(RequestModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
+class TokensOut(BaseModel):
+    reused: int = Field(description="Tokens of the clean prefix served from the cache")
+    prefilled: int | None = Field(default=None, description="Prompt tokens computed (a receipt)")
+    decoded: int | None = Field(default=None, description="Tokens sampled (a receipt)")
+    recompute_estimate: int | None = Field(
+        default=None, description="Tokens the replay is expected to compute (a plan)"
+    )
+    full_reset_estimate: int = Field(description="Tokens a cold full reset of the session computes")
+
+
+class CheckpointOut(BaseModel):
+    turn: int
+    token_offset: int
+
+
+class TraceStep(BaseModel):
+    artifact_id: str
+    kind: str
+    turn: int
+    why: str = Field(description="`target`, or `context held <artifact id>`: the parent it was reached through")
+
+
+class SessionReceipt(BaseModel):
+    session_id: str
+    tau: int = Field(description="The first transition holding the target")
+    T: int = Field(description="The session's last transition when the forget ran")
+    transitions_replayed: int
+    checkpoint: CheckpointOut | None = Field(description="The restore point (None: nothing reused)")
+    closure: list[str] = Field(description="The target and every artifact whose context reached it")
+    trace: list[TraceStep] | None = Field(default=None, description="Why each closure artifact is there (dry run)")
+    tokens: TokensOut
+    epoch_before: int
+    epoch_after: int | None = None
+    state_sha256_before: str | None = None
+    state_sha256_after: str | None = None
+
+
+class MemoryReceipt(BaseModel):
+    namespace: str
+    key: str
+    tombstone_version: int | None
+
+
 class ForgetJobOut(BaseModel):
     id: str
     status: Literal["queued", "running", "succeeded", "failed", "needs_input"]
     strategy: str
-    target: dict[str, Any]
-    sessions: list[dict[str, Any]] = Field(default_factory=list)
-    memory: dict[str, Any] | None = None
+    target: dict[str, Any] = Field(
+        description="The target; a text target's text is replaced by its length once the job ends"
+    )
+    dry_run: bool = False
+    reason: str | None = None
+    sessions: list[SessionReceipt] = Field(default_factory=list)
+    memory: MemoryReceipt | None = None
     suppressed_side_effects: list[dict[str, Any]] = Field(default_factory=list)
     committed_side_effects: list[dict[str, Any]] = Field(default_factory=list)
     duration_ms: int | None = None
     error: str | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 class DetectorWebhook(RequestModel):

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, func, insert, literal, select
+from sqlalchemy import String, delete, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -157,3 +157,91 @@ async def count_edges(db: AsyncSession, session_id: str) -> int:
     stmt = select(func.count()).select_from(ProvenanceEdge).where(ProvenanceEdge.session_id == session_id)
     return int((await db.execute(stmt)).scalar_one())
 
+
+
+async def find(db: AsyncSession, tenant_id: str, artifact_id: str) -> Artifact | None:
+    """An artifact by id in any of the tenant's sessions (a forget target names only the artifact)."""
+    stmt = select(Artifact).where(Artifact.id == artifact_id, Artifact.tenant_id == tenant_id)
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def edges_from_turn(db: AsyncSession, session_id: str, turn: int) -> list[tuple[str, str]]:
+    """(parent, child) edges of the model calls of transitions ≥ `turn`: every edge a closure rooted at or after
+    `turn` can follow (an edge's child is produced at its turn, never before its parents)."""
+    stmt = select(ProvenanceEdge.parent_id, ProvenanceEdge.child_id).where(
+        ProvenanceEdge.session_id == session_id, ProvenanceEdge.turn >= turn
+    )
+    return [(p, c) for p, c in (await db.execute(stmt)).all()]
+
+
+async def delete_from_turn(db: AsyncSession, session_id: str, turn: int) -> int:
+    """Delete the artifacts of transitions ≥ `turn` (their provenance edges go with them, ON DELETE CASCADE)."""
+    stmt = delete(Artifact).where(Artifact.session_id == session_id, Artifact.turn >= turn).returning(Artifact.id)
+    return len((await db.execute(stmt)).all())
+
+
+async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> None:
+    if ids:
+        await db.execute(delete(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_(list(ids))))
+
+
+async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are."""
+    for row in rows:
+        await db.execute(
+            update(Artifact)
+            .where(Artifact.session_id == session_id, Artifact.id == row["id"])
+            .values(
+                content=row["content"],
+                token_ids=row["token_ids"],
+                token_start=row["token_start"],
+                token_end=row["token_end"],
+                meta=row["meta"],
+            )
+        )
+
+
+async def sessions_with_memory(db: AsyncSession, tenant_id: str, namespace: str, key: str) -> list[str]:
+    """Sessions holding an injection artifact of the memory record (namespace, key), any version."""
+    stmt = (
+        select(Artifact.session_id)
+        .where(
+            Artifact.tenant_id == tenant_id,
+            Artifact.kind == "memory",
+            Artifact.meta["namespace"].astext == namespace,
+            Artifact.meta["key"].astext == key,
+        )
+        .distinct()
+        .order_by(Artifact.session_id)
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def unembedded_observations(db: AsyncSession, session_id: str, model_kinds: Sequence[str]) -> list[Artifact]:
+    stmt = select(Artifact).where(
+        Artifact.session_id == session_id, Artifact.embedding.is_(None), Artifact.kind.not_in(list(model_kinds))
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def set_embeddings(db: AsyncSession, vectors: dict[str, list[float]]) -> None:
+    for artifact_id, vector in vectors.items():
+        await db.execute(update(Artifact).where(Artifact.id == artifact_id).values(embedding=vector))
+
+
+async def similar_observations(
+    db: AsyncSession, session_id: str, vector: list[float], min_similarity: float, model_kinds: Sequence[str]
+) -> list[str]:
+    """Observations whose cosine similarity to `vector` is at least `min_similarity` (pgvector `<=>`)."""
+    distance = Artifact.embedding.cosine_distance(vector)
+    stmt = (
+        select(Artifact.id)
+        .where(
+            Artifact.session_id == session_id,
+            Artifact.kind.not_in(list(model_kinds)),
+            Artifact.embedding.is_not(None),
+            distance <= 1.0 - min_similarity,
+        )
+        .order_by(distance)
+    )
+    return list((await db.execute(stmt)).scalars())

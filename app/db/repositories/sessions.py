@@ -105,3 +105,25 @@ async def checkpoints(db: AsyncSession, tenant_id: str, session_id: str) -> list
         .order_by(Checkpoint.turn)
     )
     return list((await db.execute(stmt)).scalars())
+
+
+async def delete_checkpoints_from(db: AsyncSession, session_id: str, turn: int) -> None:
+    await db.execute(delete(Checkpoint).where(Checkpoint.session_id == session_id, Checkpoint.turn >= turn))
+
+
+async def record_forget(
+    db: AsyncSession, session_id: str, *, epoch: int, turns: int, token_count: int, system_prompt: str | None
+) -> None:
+    """The swap's last write: the new epoch tells clients (and other processes' caches) the state was rewritten."""
+    await db.execute(
+        update(AgentSession)
+        .where(AgentSession.id == session_id)
+        .values(epoch=epoch, turns=turns, token_count=token_count, system_prompt=system_prompt, updated_at=func.now())
+    )
+
+
+async def tenant_of(db: AsyncSession, session_id: str) -> str | None:
+    """The tenant owning a session, for the one caller that knows no tenant yet: a signed webhook, whose signature
+    is checked against that tenant's secret before anything else is read or done."""
+    stmt = select(AgentSession.tenant_id).where(AgentSession.id == session_id)
+    return (await db.execute(stmt)).scalar_one_or_none()

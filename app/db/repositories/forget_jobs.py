@@ -1,0 +1,174 @@
+"""SQL for forget jobs and detector-webhook deliveries.
+
+A job is a durable queue entry: workers in any API process claim it with `FOR UPDATE SKIP LOCKED` and hold it
+under a lease they renew; a job whose lease expired (its worker died) is claimable again, so a crash mid-replay
+only delays the job. Every lookup a client's id reaches is tenant scoped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import ForgetJob, Tenant, WebhookDelivery
+
+ACTIVE = ("queued", "running")
+
+
+async def create(db: AsyncSession, **values: Any) -> ForgetJob:
+    row = ForgetJob(**values)
+    db.add(row)
+    await db.flush()
+    return row
+
+
+async def get(db: AsyncSession, tenant_id: str, job_id: str) -> ForgetJob | None:
+    stmt = select(ForgetJob).where(ForgetJob.id == job_id, ForgetJob.tenant_id == tenant_id)
+    return (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
+
+
+async def by_idempotency_key(db: AsyncSession, tenant_id: str, key: str) -> ForgetJob | None:
+    stmt = select(ForgetJob).where(ForgetJob.tenant_id == tenant_id, ForgetJob.idempotency_key == key)
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: str) -> ForgetJob | None:
+    """The latest succeeded job that forgot `artifact_id` (a repeated forget of a gone artifact answers it)."""
+    stmt = (
+        select(ForgetJob)
+        .where(
+            ForgetJob.tenant_id == tenant_id,
+            ForgetJob.status == "succeeded",
+            ForgetJob.target["artifact_id"].astext == artifact_id,
+        )
+        .order_by(ForgetJob.created_at.desc())
+        .limit(1)
+    )
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def claim(db: AsyncSession, owner: str, lease_s: float) -> ForgetJob | None:
+    """Take the oldest queued job, or a running one whose lease expired, and lease it to `owner`."""
+    now = func.now()
+    claimable = or_(
+        ForgetJob.status == "queued",
+        and_(ForgetJob.status == "running", ForgetJob.lease_expires_at < now),
+    )
+    pick = (
+        select(ForgetJob.id)
+        .where(claimable)
+        .order_by(ForgetJob.created_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    stmt = (
+        update(ForgetJob)
+        .where(ForgetJob.id == pick)
+        .values(
+            status="running",
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            attempts=ForgetJob.attempts + 1,
+            started_at=func.coalesce(ForgetJob.started_at, now),
+        )
+        .returning(ForgetJob)
+    )
+    return (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
+
+
+async def renew(db: AsyncSession, job_id: str, owner: str, lease_s: float) -> bool:
+    """Extend the lease; False when the job is no longer ours (expired and claimed by another worker)."""
+    stmt = (
+        update(ForgetJob)
+        .where(ForgetJob.id == job_id, ForgetJob.lease_owner == owner, ForgetJob.status == "running")
+        .values(lease_expires_at=func.now() + timedelta(seconds=lease_s))
+        .returning(ForgetJob.id)
+    )
+    return (await db.execute(stmt)).scalar_one_or_none() is not None
+
+
+async def lock_owned(db: AsyncSession, job_id: str, owner: str) -> ForgetJob | None:
+    """Lock the job row if `owner` still holds its lease (the check that a stale worker cannot write)."""
+    stmt = (
+        select(ForgetJob)
+        .where(ForgetJob.id == job_id, ForgetJob.lease_owner == owner, ForgetJob.status == "running")
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def requeue(db: AsyncSession, job_id: str, owner: str) -> None:
+    await db.execute(
+        update(ForgetJob)
+        .where(ForgetJob.id == job_id, ForgetJob.lease_owner == owner)
+        .values(status="queued", lease_owner=None, lease_expires_at=None)
+    )
+
+
+async def finish(
+    db: AsyncSession,
+    job_id: str,
+    *,
+    status: str,
+    target: dict[str, Any],
+    receipt: dict[str, Any],
+    error: str | None,
+    finished_at: datetime | None,
+) -> None:
+    await db.execute(
+        update(ForgetJob)
+        .where(ForgetJob.id == job_id)
+        .values(
+            status=status, target=target, receipt=receipt, error=error, finished_at=finished_at,
+            lease_owner=None, lease_expires_at=None,
+        )
+    )
+
+
+async def save_receipt(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(receipt=receipt))
+
+
+async def queue_depth(db: AsyncSession) -> int:
+    stmt = select(func.count()).select_from(ForgetJob).where(ForgetJob.status.in_(ACTIVE))
+    return int((await db.execute(stmt)).scalar_one())
+
+
+# -- webhook deliveries ---------------------------------------------------------------------------------------
+
+
+async def tenant_secret(db: AsyncSession, tenant_id: str) -> str | None:
+    return (await db.execute(select(Tenant.webhook_secret).where(Tenant.id == tenant_id))).scalar_one_or_none()
+
+
+async def record_delivery(db: AsyncSession, tenant_id: str, webhook_id: str) -> bool:
+    """Insert the delivery; False when this webhook id was seen before. A concurrent first delivery makes this
+    wait for its transaction, so exactly one of two racing deliveries starts a job."""
+    stmt = (
+        insert(WebhookDelivery)
+        .values(tenant_id=tenant_id, webhook_id=webhook_id)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "webhook_id"])
+        .returning(WebhookDelivery.webhook_id)
+    )
+    return (await db.execute(stmt)).scalar_one_or_none() is not None
+
+
+async def delivery_job(db: AsyncSession, tenant_id: str, webhook_id: str) -> str | None:
+    stmt = select(WebhookDelivery.forget_id).where(
+        WebhookDelivery.tenant_id == tenant_id, WebhookDelivery.webhook_id == webhook_id
+    )
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def link_delivery(db: AsyncSession, tenant_id: str, webhook_id: str, forget_id: str) -> None:
+    await db.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.tenant_id == tenant_id, WebhookDelivery.webhook_id == webhook_id)
+        .values(forget_id=forget_id)
+    )

@@ -1,0 +1,82 @@
+"""Algorithm 1, lines 2-4: the taint closure with the reason each artifact is in it, and the restore point.
+
+The closure I(z) is every source and everything whose context reached one, found over the stored provenance edges
+(transitions ≥ τ only: nothing earlier can descend from a source that entered at τ). Each artifact carries the
+reason it is there, `target` or `context held <parent>`, so a dry run can show a user *why* an artifact would go.
+
+The restore point is the latest checkpoint strictly before τ whose manifest still matches the live log (a checkpoint
+whose prefix was rewritten since, by another forget, is skipped), or nothing at all (replay from the empty log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from app.db.models import Artifact, Checkpoint
+from app.runtime.blocks import MODEL_KINDS
+from app.runtime.checkpoints import manifest_sha256
+
+
+@dataclass(frozen=True)
+class Tainted:
+    artifact_id: str
+    kind: str
+    turn: int
+    why: str  # "target", or "context held art_..." (the parent it was reached through)
+
+
+@dataclass(frozen=True)
+class Restore:
+    turn: int  # transitions ≤ turn are kept as they are; -1: nothing is kept
+    token_offset: int  # the log length there: the cache is cropped to it
+    checkpoint_id: str | None
+
+
+def closure(sources: Sequence[str], edges: Iterable[tuple[str, str]], rows: Sequence[Artifact]) -> list[Tainted]:
+    """Breadth-first over (parent, child) edges from the sources; in log order."""
+    children: dict[str, list[str]] = {}
+    for parent, child in edges:
+        children.setdefault(parent, []).append(child)
+    why: dict[str, str] = {s: "target" for s in sources}
+    queue = deque(sources)
+    while queue:
+        node = queue.popleft()
+        for child in children.get(node, ()):
+            if child not in why:
+                why[child] = f"context held {node}"
+                queue.append(child)
+    return [Tainted(r.id, r.kind, r.turn, why[r.id]) for r in rows if r.id in why]
+
+
+def restore_point(checkpoints: Sequence[Checkpoint], rows: Sequence[Artifact], tau: int) -> Restore:
+    for checkpoint in sorted(checkpoints, key=lambda c: c.turn, reverse=True):
+        if checkpoint.turn >= tau:
+            continue
+        prefix = [(r.id, r.token_start, r.token_end) for r in rows if r.turn <= checkpoint.turn]
+        end = prefix[-1][2] if prefix else 0
+        if end == checkpoint.token_offset and manifest_sha256(prefix) == checkpoint.manifest_sha256:
+            return Restore(checkpoint.turn, checkpoint.token_offset, checkpoint.id)
+    return Restore(-1, 0, None)
+
+
+def compute_cost(token_count: int, replies: int) -> int:
+    """Tokens a transition sequence computes for a log of `token_count` tokens holding `replies` replies: every token
+    once (prefilled or decoded), plus the last sampled token of each reply, decoded and then prefilled to close the
+    turn (transition.py). A cold full reset pays exactly this for the rebuilt log."""
+    return token_count + replies
+
+
+def replies_in(rows: Iterable[Artifact]) -> int:
+    return sum(1 for r in rows if r.kind in MODEL_KINDS)
+
+
+def state_sha256(rows: Iterable[tuple[str, int, Sequence[int]]]) -> str:
+    """A digest of a session's live state: per artifact in log order its kind, transition and tokens. Receipts carry
+    it before and after, so an auditor can tell two states apart without the receipt holding any of their text."""
+    digest = hashlib.sha256()
+    for kind, turn, tokens in rows:
+        digest.update(f"{kind}\t{turn}\t{','.join(map(str, tokens))}\n".encode())
+    return digest.hexdigest()

@@ -1,0 +1,174 @@
+"""Algorithm 1, lines 4-9 on the engine: restore by crop, then replay the transitions with sanitized observations.
+
+Given a session's artifacts, the located target and a restore point c (a checkpoint before τ):
+
+- transitions ≤ c are kept: their artifacts stay, and the cache is cropped to their end (Lemma 1: a crop restores);
+- transitions c+1 .. from_turn-1 (the gap a coarse checkpoint policy leaves) are clean: their artifacts stay and
+  the cache re-prefills their recorded tokens along their recorded chunks, which reproduces it bit for bit;
+- transitions from_turn .. T are replayed through the runtime's own transition function (transition.advance) with
+  the sanitized observations, the same per-transition seeds (sampling_for) and the same records (plan_records), so a
+  replayed transition is the one the session would have run had it never seen the target. Observations the forget
+  did not touch keep their artifact ids; a transition whose observations held only the target becomes an empty
+  transition that keeps its index.
+
+Nothing is written here: the caller swaps the result in, in one transaction (service.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.db.models import AgentSession, Artifact
+from app.db.repositories.artifacts import LogEntry
+from app.engine.protocol import CacheHandle, KVEngine
+from app.forget.plan import Restore
+from app.forget.targets import Located
+from app.runtime import checkpoints
+from app.runtime.blocks import MODEL_KINDS, Observation, render
+from app.runtime.handles import HandleRegistry
+from app.runtime.records import log_entries, plan_records, stored_log
+from app.runtime.transition import Synced, Usage, advance, check_room, sampling_for, sync
+
+# Meta keys the runtime adds for itself; the rest came with the observation and is rendered again with it.
+_RUNTIME_META = frozenset({"chunks", "finish_reason"})
+
+
+@dataclass
+class Rebuilt:
+    """A session's rebuilt suffix, ready to swap in: everything of transitions ≥ from_turn is replaced."""
+
+    from_turn: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    edges: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[checkpoints.Boundary] = field(default_factory=list)
+    token_count: int = 0
+    system_prompt: str | None = None
+    reused: int = 0
+    prefilled: int = 0
+    decoded: int = 0
+    transitions: int = 0  # transitions recomputed (re-prefilled or regenerated)
+    restored_from: Restore | None = None  # the checkpoint whose prefix was reused (None: nothing was)
+    handle: CacheHandle | None = None
+
+
+def entries_of(rows: Sequence[Artifact]) -> list[LogEntry]:
+    return [
+        LogEntry(
+            r.id, r.kind, r.turn, r.position, r.token_start, r.token_end, list(r.token_ids), list(r.source_ids),
+            (r.meta or {}).get("chunks"),
+        )
+        for r in rows
+    ]
+
+
+def observation_of(row: Artifact, content: str) -> Observation:
+    meta = {k: str(v) for k, v in (row.meta or {}).items() if k not in _RUNTIME_META}
+    return Observation(row.kind, content, meta)
+
+
+async def replay(
+    engine: KVEngine,
+    handles: HandleRegistry,
+    session: AgentSession,
+    rows: Sequence[Artifact],
+    located: Located,
+    restore: Restore,
+    *,
+    from_turn: int,
+    cold: bool = False,
+) -> Rebuilt:
+    """Rebuild transitions from_turn..T after restoring to `restore`. `cold`: ignore any cached state (the full
+    reset baseline), so nothing is reused."""
+    chat = engine.chat
+    out = Rebuilt(from_turn=from_turn, system_prompt=session.system_prompt, restored_from=None if cold else restore)
+    kept = [r for r in rows if r.turn < from_turn]
+    log = entries_of(kept)
+    handle = None if cold else handles.get(session.id)
+    if cold:
+        stale = handles.pop(session.id)
+        if stale is not None:
+            await engine.release(stale)
+    clean = [t for entry in log for t in entry.token_ids]
+    if handle is not None:
+        offset = restore.token_offset
+        if len(handle.tokens) >= offset and handle.tokens[:offset] == clean[:offset]:
+            await engine.crop(handle, offset)  # the restore (Lemma 1)
+        else:
+            handle = None  # this process's cache disagrees with the database: rebuild from the recipe
+    synced = await sync(engine, handle, session.id, session.tenant_id, stored_log(log))
+    handles.put(session.id, synced.handle)
+    out.handle = synced.handle
+    restore_prefilled = synced.prefilled
+    first_usage: Usage | None = None
+    by_turn: dict[int, list[Artifact]] = {}
+    for row in rows:
+        if row.turn >= from_turn:
+            by_turn.setdefault(row.turn, []).append(row)
+    out.transitions = session.turns - restore.turn
+    for turn in range(from_turn, session.turns + 1):
+        originals = by_turn.get(turn, [])
+        observed, keep_ids, edited = _sanitized(originals, located)
+        had_reply = any(r.kind in MODEL_KINDS for r in originals)
+        blocks = [render(chat, o) for o in observed]
+        if turn == 0:
+            # The system block: written at creation without an engine call; it waits as pending tokens.
+            records = plan_records(
+                session.tenant_id, session.id, 0, log, blocks, None, session.context_policy, keep_ids
+            )
+            synced.pending.extend(t for b in blocks for t in b.token_ids)
+            out.system_prompt = observed[0].content if observed else None
+            marks = checkpoints.at_session_start(session.checkpoint_policy, records.manifest_after)
+        else:
+            if (edited and not observed) or (not observed and not had_reply):
+                records = plan_records(session.tenant_id, session.id, turn, log, [], None, session.context_policy)
+            else:
+                log_tokens = log[-1].token_end if log else 0
+                room = check_room(engine, log_tokens, sum(len(b.token_ids) for b in blocks), had_reply)
+                sampling = sampling_for(session.sampling, turn, room) if had_reply else None
+                outcome = await advance(engine, synced, blocks, sampling)
+                records = plan_records(
+                    session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy,
+                    keep_ids,
+                )
+                usage = outcome.usage
+                first_usage = first_usage or usage
+                out.prefilled += usage.prefill_tokens + usage.closing_tokens
+                out.decoded += usage.decode_tokens
+                synced = Synced(synced.handle, [], 0)
+            marks = checkpoints.for_transition(
+                session.checkpoint_policy, turn, records.kinds, records.manifest_before, records.manifest_after
+            )
+        out.rows.extend(records.artifacts)
+        out.edges.extend(records.edges)
+        out.checkpoints.extend(marks)
+        log.extend(log_entries(records.artifacts))
+    if first_usage is None:  # every replayed transition was empty: only the restore computed anything
+        out.prefilled += restore_prefilled
+        out.reused = max(0, len(synced.handle.tokens) - restore_prefilled)
+    else:
+        out.reused = first_usage.reused_tokens
+    out.token_count = log[-1].token_end if log else 0
+    return out
+
+
+def _sanitized(originals: Sequence[Artifact], located: Located) -> tuple[list[Observation], list[str | None], bool]:
+    """A transition's observations with the target removed; the ids they keep (None: a sanitized observation is a
+    new artifact); whether the forget touched any of them."""
+    observed: list[Observation] = []
+    keep_ids: list[str | None] = []
+    edited = False
+    for row in originals:
+        if row.kind in MODEL_KINDS:
+            continue
+        if row.id in located.edits:
+            edited = True
+            content = located.edits[row.id]
+            if content is not None:
+                observed.append(observation_of(row, content))
+                keep_ids.append(None)
+        else:
+            observed.append(observation_of(row, row.content))
+            keep_ids.append(row.id)
+    return observed, keep_ids, edited

@@ -1,0 +1,150 @@
+"""Forgetting without replay: edit the log in place and re-prefill the cache from the first edit.
+
+What the paper's cheaper baselines do (and the DeLLM policy in a full-context session): delete artifacts, redact
+text inside them, or append an instruction, and regenerate nothing. The remaining artifacts keep their ids and
+positions; their token spans are re-tiled so they still cover the prompt from 0 without gaps, and the cache is
+cropped to the last chunk boundary before the first edit and the rest prefilled in one chunk, which the edited
+transition's recipe records so any process can rebuild the same cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.db.models import AgentSession, Artifact
+from app.engine.protocol import KVEngine
+from app.forget.replay import Rebuilt, entries_of, observation_of
+from app.runtime import checkpoints
+from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
+from app.runtime.handles import HandleRegistry
+from app.runtime.records import log_entries, plan_records, stored_log
+from app.runtime.transition import advance, check_room, sync
+
+
+@dataclass
+class Rewritten:
+    deleted: list[str] = field(default_factory=list)
+    updated: list[dict[str, Any]] = field(default_factory=list)  # rows whose content, tokens, span or meta changed
+    token_count: int = 0
+    first_turn: int | None = None  # the first transition the rewrite touched (its checkpoints and later are stale)
+    system_prompt: str | None = None
+    prefilled: int = 0
+    reused: int = 0
+
+
+async def rewrite(
+    engine: KVEngine,
+    handles: HandleRegistry,
+    session: AgentSession,
+    rows: Sequence[Artifact],
+    *,
+    drop: set[str],
+    edits: dict[str, str | None],
+    redact: str | None = None,
+) -> Rewritten:
+    """Delete `drop`, apply `edits` to observations, strip `redact` from every remaining artifact; re-tile and
+    re-prefill."""
+    chat = engine.chat
+    out = Rewritten(system_prompt=session.system_prompt)
+    offset = 0
+    first_change: int | None = None
+    kept: list[dict[str, Any]] = []
+    for row in rows:
+        if row.id in drop or (row.id in edits and edits[row.id] is None):
+            out.deleted.append(row.id)
+            first_change = row.token_start if first_change is None else first_change
+            out.first_turn = row.turn if out.first_turn is None else min(out.first_turn, row.turn)
+            if row.kind == "system":
+                out.system_prompt = None
+            continue
+        content = edits.get(row.id) or row.content
+        if redact:
+            content = content.replace(redact, "")
+        tokens = list(row.token_ids)
+        if content != row.content:
+            if row.kind in MODEL_KINDS:
+                tokens = assistant_block(chat, content, chat.encode(content)).token_ids
+            else:
+                tokens = render(chat, observation_of(row, content)).token_ids
+            if row.kind == "system":
+                out.system_prompt = content
+        end = offset + len(tokens)
+        if tokens != list(row.token_ids) or offset != row.token_start:
+            first_change = offset if first_change is None else first_change
+            out.first_turn = row.turn if out.first_turn is None else min(out.first_turn, row.turn)
+        kept.append({"row": row, "content": content, "token_ids": tokens, "token_start": offset, "token_end": end})
+        offset = end
+    out.token_count = offset
+    if first_change is None:
+        return out
+    boundary = _chunk_boundary(rows, first_change)
+    tokens = [t for k in kept for t in k["token_ids"]]
+    for item in kept:
+        row = item["row"]
+        meta = dict(row.meta or {})
+        if item["token_end"] > boundary:
+            meta.pop("chunks", None)  # recipes past the edit describe a cache that no longer exists
+        item["meta"] = meta
+    if kept and len(tokens) > boundary:
+        kept[-1]["meta"]["chunks"] = {"at": boundary, "sizes": [len(tokens) - boundary]}
+    out.reused, out.prefilled = await _reprefill(engine, handles, session, tokens, boundary)
+    out.updated = [
+        {"id": k["row"].id, "content": k["content"], "token_ids": k["token_ids"], "token_start": k["token_start"],
+         "token_end": k["token_end"], "meta": k["meta"]}
+        for k in kept
+        if k["token_end"] > boundary or k["content"] != k["row"].content
+    ]
+    return out
+
+
+def _chunk_boundary(rows: Sequence[Artifact], position: int) -> int:
+    """The last chunk boundary of the stored recipe at or before token `position`."""
+    boundary = 0
+    for size in stored_log(entries_of(rows)).recipe:
+        if boundary + size > position:
+            break
+        boundary += size
+    return boundary
+
+
+async def _reprefill(
+    engine: KVEngine, handles: HandleRegistry, session: AgentSession, tokens: list[int], boundary: int
+) -> tuple[int, int]:
+    """Crop this process's cache to `boundary` and prefill the rewritten rest in one chunk; (reused, prefilled)."""
+    handle = handles.get(session.id)
+    if handle is None or handle.tokens[:boundary] != tokens[:boundary] or len(handle.tokens) < boundary:
+        if handle is not None:
+            handles.pop(session.id)
+        return 0, 0  # nothing resident here: the next turn rebuilds along the recipe, paying then
+    await engine.crop(handle, boundary)
+    rest = tokens[boundary:]
+    prefilled = (await engine.prefill(handle, rest)).prefilled if rest else 0
+    return boundary, prefilled
+
+
+async def append_instruction(
+    engine: KVEngine, handles: HandleRegistry, session: AgentSession, rows: Sequence[Artifact], instruction: str
+) -> Rebuilt:
+    """One more transition holding a user message and no reply (the forget-instruction baseline)."""
+    turn = session.turns + 1
+    log = entries_of(rows)
+    block = render(engine.chat, Observation("user", instruction))
+    check_room(engine, log[-1].token_end if log else 0, len(block.token_ids), False)
+    synced = await sync(engine, handles.get(session.id), session.id, session.tenant_id, stored_log(log))
+    handles.put(session.id, synced.handle)
+    outcome = await advance(engine, synced, [block], None)
+    records = plan_records(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy)
+    marks = checkpoints.for_transition(
+        session.checkpoint_policy, turn, records.kinds, records.manifest_before, records.manifest_after
+    )
+    return Rebuilt(
+        from_turn=turn, rows=records.artifacts, edges=records.edges, checkpoints=marks,
+        token_count=records.token_count, system_prompt=session.system_prompt,
+        reused=outcome.usage.reused_tokens, prefilled=outcome.usage.prefill_tokens, transitions=1,
+        handle=synced.handle,
+    )
+
+
+__all__ = ["Rewritten", "append_instruction", "log_entries", "rewrite"]

@@ -1,0 +1,508 @@
+"""Forget jobs: submit (or plan) a forget, run it durably, answer its receipt.
+
+A submitted forget is a row in `forget_jobs`; a worker in any API process claims it under a lease (worker.py) and
+calls `execute`. Each session is forgotten inside that session's row lock, in one transaction: the strategy computes
+the rebuilt state aside (in memory), then the old suffix is deleted, the new one inserted, the epoch bumped and the
+session's receipt entry saved, all in one commit. A crash before the commit leaves the session as it was and the job
+claimable again once its lease expires; a crash after it leaves a receipt entry that the retry skips. So a forget is
+atomic per session, durable, and idempotent.
+
+The target's text is needed while the job runs (and must survive a crash), so it is stored with the job; when the
+job ends it is replaced by its length. Receipts hold artifact ids, counts and digests, never a copy of the text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.container import EngineSlot
+from app.db.models import AgentSession, Artifact, ForgetJob
+from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import forget_jobs as jobs_repo
+from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
+from app.embeddings import Embedder
+from app.errors import InvalidRequest, NotFound, NotReady, SessionBusy
+from app.forget.plan import Restore, Tainted, closure, compute_cost, replies_in, restore_point, state_sha256
+from app.forget.replay import Rebuilt
+from app.forget.rewrite import Rewritten
+from app.forget.strategies import STRATEGIES, ForgetStrategy, SessionWork
+from app.forget.targets import Located, Target, locate_in
+from app.ids import new_id
+from app.memory.service import MemoryService
+from app.memory.validation import check_key, check_namespace
+from app.observability.metrics import Metrics
+from app.runtime.blocks import MODEL_KINDS
+from app.runtime.handles import HandleRegistry
+from app.runtime.session import SessionService
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_SIMILARITY = 0.5
+TERMINAL = ("succeeded", "failed")
+
+
+class LeaseLost(Exception):
+    """Another worker took the job over (this one stalled past its lease): nothing of this attempt may commit."""
+
+
+class Retry(Exception):
+    """The job cannot progress now (session busy, model loading): requeue it."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    target: dict[str, Any]
+    strategy: str = "selective_replay"
+    dry_run: bool = False
+    wait: bool = False
+    reason: str | None = None
+
+
+@dataclass
+class JobView:
+    id: str
+    status: str
+    strategy: str
+    target: dict[str, Any]
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, Any] | None = None
+    suppressed_side_effects: list[dict[str, Any]] = field(default_factory=list)
+    committed_side_effects: list[dict[str, Any]] = field(default_factory=list)
+    duration_ms: int | None = None
+    error: str | None = None
+    reason: str | None = None
+    dry_run: bool = False
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL or self.dry_run
+
+
+def view_of(job: ForgetJob) -> JobView:
+    receipt = job.receipt or {}
+    return JobView(
+        id=job.id,
+        status=job.status,
+        strategy=job.strategy,
+        target=job.target,
+        sessions=list(receipt.get("sessions", [])),
+        memory=receipt.get("memory"),
+        suppressed_side_effects=list(receipt.get("suppressed_side_effects", [])),
+        committed_side_effects=list(receipt.get("committed_side_effects", [])),
+        duration_ms=receipt.get("duration_ms"),
+        error=job.error,
+        reason=job.reason,
+        created_at=job.created_at,
+        finished_at=job.finished_at,
+    )
+
+
+class JobCascade:
+    """The memory service's cascade seam: the forget job that replays every session a forgotten record reached,
+    created in the tombstone's own transaction (so it exists if and only if the tombstone commits)."""
+
+    def __init__(self, strategy: str = "selective_replay", reason: str | None = None) -> None:
+        self.strategy = strategy
+        self.reason = reason
+
+    async def enqueue(
+        self, session: AsyncSession, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+    ) -> str | None:
+        job = await jobs_repo.create(
+            session,
+            id=new_id("fgt"),
+            tenant_id=tenant_id,
+            status="queued",
+            strategy=self.strategy,
+            target={"memory": {"namespace": namespace, "key": key}},
+            reason=self.reason,
+            receipt={"memory": {"namespace": namespace, "key": key, "tombstone_version": tombstone_version}},
+            attempts=0,
+        )
+        return job.id
+
+
+class ForgetService:
+    def __init__(
+        self,
+        db: Database,
+        engine: EngineSlot,
+        handles: HandleRegistry,
+        sessions: SessionService,
+        metrics: Metrics,
+        embedder: Embedder,
+        *,
+        lock_timeout_s: float = 120.0,
+        wait_s: float = 60.0,
+        wake: asyncio.Event | None = None,
+    ) -> None:
+        self.db = db
+        self.slot = engine
+        self.handles = handles
+        self.sessions = sessions
+        self.metrics = metrics
+        self.embedder = embedder
+        self.lock_timeout_s = lock_timeout_s
+        self.wait_s = wait_s
+        self.wake = wake
+
+    # -- submit, plan, read -------------------------------------------------------------------------------------
+
+    async def submit(self, tenant_id: str, request: Submission) -> JobView:
+        target = Target.from_dict(request.target)
+        strategy = STRATEGIES[request.strategy]
+        session_ids = await self._sessions_for(tenant_id, target)
+        if session_ids is None:  # an artifact that no longer exists: a repeated forget answers the first one
+            assert target.artifact_id is not None
+            async with self.db.transaction() as tx:
+                earlier = await jobs_repo.succeeded_for_artifact(tx, tenant_id, target.artifact_id)
+            if earlier is None:
+                raise NotFound(f"no artifact {target.artifact_id!r}")
+            return view_of(earlier)
+        if request.dry_run:
+            return await self.plan(tenant_id, target, strategy, session_ids, request.reason)
+        await self._check(tenant_id, target, strategy, session_ids)
+        job_id = await self._enqueue(tenant_id, target, strategy, request.reason)
+        self.notify()
+        if request.wait:
+            return await self.wait(tenant_id, job_id, self.wait_s)
+        return await self.get(tenant_id, job_id)
+
+    async def get(self, tenant_id: str, job_id: str) -> JobView:
+        async with self.db.transaction() as tx:
+            job = await jobs_repo.get(tx, tenant_id, job_id)
+        if job is None:
+            raise NotFound(f"no forget job {job_id!r}")
+        return view_of(job)
+
+    async def wait(self, tenant_id: str, job_id: str, timeout_s: float) -> JobView:
+        """The job once it ended, or as it stands when `timeout_s` ran out (any process may be running it)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = await self.get(tenant_id, job_id)
+            if view.finished or time.monotonic() >= deadline:
+                return view
+            await asyncio.sleep(0.1)
+
+    async def plan(
+        self, tenant_id: str, target: Target, strategy: ForgetStrategy, session_ids: Sequence[str], reason: str | None
+    ) -> JobView:
+        """A dry run: per session τ, the closure with why each artifact is in it, the restore point and the expected
+        cost against a full reset. Reads only (a query target's observation embeddings are computed and kept)."""
+        entries = []
+        for session_id in session_ids:
+            async with self.db.transaction() as tx:
+                session = await sessions_repo.get(tx, tenant_id, session_id)
+                if session is None:
+                    continue
+                found = await self._locate(tx, session, target)
+                if found is None:
+                    continue
+                rows, located, tainted = found
+                strategy.check(located)
+                checkpoints = await sessions_repo.checkpoints(tx, tenant_id, session_id)
+            restore = restore_point(checkpoints, rows, located.tau) if strategy.replays else None
+            entries.append(_planned(session, rows, located, tainted, restore, strategy))
+        memory = None
+        if target.namespace is not None:
+            memory = {"namespace": target.namespace, "key": target.key, "tombstone_version": None}
+        return JobView(
+            id=new_id("fgt"), status="succeeded", strategy=strategy.name, target=target.scrubbed(), sessions=entries,
+            memory=memory, reason=reason, dry_run=True,
+        )
+
+    async def _sessions_for(self, tenant_id: str, target: Target) -> list[str] | None:
+        """The sessions a target reaches (None: an artifact id that is not, or no longer, live)."""
+        async with self.db.transaction() as tx:
+            if target.artifact_id is not None:
+                artifact = await artifacts_repo.find(tx, tenant_id, target.artifact_id)
+                if artifact is None:
+                    return None
+                if target.session_id is not None and artifact.session_id != target.session_id:
+                    raise NotFound(f"no artifact {target.artifact_id!r} in session {target.session_id!r}")
+                return [artifact.session_id]
+            if target.namespace is not None:
+                assert target.key is not None
+                check_namespace(target.namespace)
+                check_key(target.key)
+                return await artifacts_repo.sessions_with_memory(tx, tenant_id, target.namespace, target.key)
+            assert target.session_id is not None
+            if await sessions_repo.get(tx, tenant_id, target.session_id) is None:
+                raise NotFound(f"no session {target.session_id!r}")
+            return [target.session_id]
+
+    async def _check(self, tenant_id: str, target: Target, strategy: ForgetStrategy, session_ids: list[str]) -> None:
+        """Refuse, before queueing, what the strategy cannot do with this target (422), or what needs the model
+        when it is not loaded (503)."""
+        if strategy.replays and not self.slot.ready and session_ids:
+            raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
+        if target.kind not in ("artifact", "text"):
+            return
+        async with self.db.transaction() as tx:
+            session = await sessions_repo.get(tx, tenant_id, session_ids[0])
+            if session is None:
+                raise NotFound(f"no session {session_ids[0]!r}")
+            rows = await artifacts_repo.list_live(tx, tenant_id, session.id)
+        located = locate_in(target, rows)
+        if located is not None:
+            strategy.check(located)
+
+    async def _enqueue(self, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None) -> str:
+        if target.namespace is not None and strategy.forgets_memory:
+            assert target.key is not None
+            memory = MemoryService(self.db, cascade=JobCascade(strategy.name, reason))
+            outcome = await memory.forget(tenant_id, target.namespace, target.key)
+            if outcome.forget_id is not None:
+                return outcome.forget_id
+            receipt: dict[str, Any] = {
+                "memory": {"namespace": target.namespace, "key": target.key, "tombstone_version": outcome.version}
+            }
+        else:
+            receipt = {}
+        async with self.db.transaction() as tx:
+            return await self.enqueue_in(tx, tenant_id, target, strategy, reason, receipt)
+
+    async def enqueue_in(
+        self, tx: AsyncSession, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None,
+        receipt: dict[str, Any] | None = None,
+    ) -> str:
+        """Queue a job in the caller's transaction (a webhook records its delivery in the same one)."""
+        job = await jobs_repo.create(
+            tx, id=new_id("fgt"), tenant_id=tenant_id, status="queued", strategy=strategy.name,
+            target=target.to_dict(), reason=reason, receipt=receipt or {}, attempts=0,
+        )
+        return job.id
+
+    async def validate(self, tenant_id: str, target: Target, strategy: ForgetStrategy) -> None:
+        """What `submit` checks before queueing, for callers that queue themselves (404, 422, 503)."""
+        session_ids = await self._sessions_for(tenant_id, target)
+        if session_ids is None:
+            raise NotFound(f"no artifact {target.artifact_id!r}")
+        await self._check(tenant_id, target, strategy, session_ids)
+
+    def notify(self) -> None:
+        if self.wake is not None:
+            self.wake.set()
+
+    async def _locate(
+        self, tx: AsyncSession, session: AgentSession, target: Target
+    ) -> tuple[list[Artifact], Located, list[Tainted]] | None:
+        matches: list[str] = []
+        if target.query is not None:
+            matches = await self._similar(tx, session.id, target.query, target.min_similarity)
+        rows = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+        located = locate_in(target, rows, matches)
+        if located is None:
+            return None
+        edges = await artifacts_repo.edges_from_turn(tx, session.id, located.tau)
+        return rows, located, closure(located.sources, edges, rows)
+
+    async def _similar(self, tx: AsyncSession, session_id: str, query: str, min_similarity: float | None) -> list[str]:
+        """pgvector similarity over the session's observations (their embeddings are computed once, on demand)."""
+        missing = await artifacts_repo.unembedded_observations(tx, session_id, sorted(MODEL_KINDS))
+        vectors = await self.embedder.embed([a.content for a in missing] + [query])
+        await artifacts_repo.set_embeddings(tx, {a.id: v for a, v in zip(missing, vectors, strict=False)})
+        threshold = DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity
+        return await artifacts_repo.similar_observations(tx, session_id, vectors[-1], threshold, sorted(MODEL_KINDS))
+
+    # -- execution (the worker calls this with a claimed job) ---------------------------------------------------
+
+    async def execute(self, job: ForgetJob, owner: str) -> JobView:
+        started = time.monotonic()
+        target = Target.from_dict(job.target)
+        strategy = STRATEGIES[job.strategy]
+        receipt = dict(job.receipt or {})
+        receipt.setdefault("sessions", [])
+        receipt.setdefault("suppressed_side_effects", [])
+        receipt.setdefault("committed_side_effects", [])
+        try:
+            session_ids = await self._sessions_for(job.tenant_id, target) or []
+            done = {entry["session_id"] for entry in receipt["sessions"]}
+            for session_id in session_ids:
+                if session_id not in done:
+                    await self._forget_session(job, owner, target, strategy, session_id, receipt)
+        except (Retry, LeaseLost):
+            raise
+        except Exception as exc:
+            log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__})
+            return await self._finish(job, owner, target, strategy, receipt, started, error=_describe(exc))
+        return await self._finish(job, owner, target, strategy, receipt, started, error=None)
+
+    async def _forget_session(
+        self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, session_id: str,
+        receipt: dict[str, Any],
+    ) -> None:
+        if strategy.replays and not self.slot.ready:
+            raise Retry("the model is not loaded yet")
+        try:
+            async with self.sessions.exclusive(job.tenant_id, session_id, self.lock_timeout_s) as (tx, session):
+                found = await self._locate(tx, session, target)
+                if found is None:
+                    return  # not (or no longer) in this session: nothing to forget there
+                rows, located, tainted = found
+                strategy.check(located)
+                checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
+                work = SessionWork(
+                    self.slot.engine, self.handles, session, rows, located, tainted, checkpoints
+                )
+                change = await strategy.apply(work)
+                entry = await _swap(tx, session, rows, located, tainted, change)
+                if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                    raise LeaseLost(job.id)
+                receipt["sessions"].append(entry)
+                await jobs_repo.save_receipt(tx, job.id, receipt)
+        except SessionBusy:
+            raise Retry(f"session {session_id} is busy") from None
+        except NotFound:
+            return  # the session was deleted meanwhile: nothing of it is left to forget
+        except BaseException:
+            # Nothing of this session's rebuild committed; the cache handle may hold the rebuilt suffix.
+            self.handles.pop(session_id)
+            if receipt["sessions"] and receipt["sessions"][-1]["session_id"] == session_id:
+                receipt["sessions"].pop()
+            raise
+        self._observe_session(strategy.name, receipt["sessions"][-1])
+
+    async def _finish(
+        self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, receipt: dict[str, Any],
+        started: float, *, error: str | None,
+    ) -> JobView:
+        status = "failed" if error is not None else "succeeded"
+        receipt["duration_ms"] = int((time.monotonic() - started) * 1000) + int(receipt.get("duration_ms") or 0)
+        async with self.db.transaction() as tx:
+            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                raise LeaseLost(job.id)
+            await jobs_repo.finish(
+                tx, job.id, status=status, target=target.scrubbed(), receipt=receipt, error=error,
+                finished_at=datetime.now(UTC),
+            )
+            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+        assert row is not None
+        self.metrics.forget_jobs.labels(strategy=strategy.name, status=status).inc()
+        self.metrics.forget_duration.labels(strategy=strategy.name).observe(receipt["duration_ms"] / 1000)
+        log.info(
+            "forget job finished",
+            extra={"forget_id": job.id, "strategy": strategy.name, "status": status,
+                   "sessions": len(receipt["sessions"]), "duration_ms": receipt["duration_ms"]},
+        )
+        return view_of(row)
+
+    def _observe_session(self, strategy: str, entry: dict[str, Any]) -> None:
+        tokens = entry["tokens"]
+        self.metrics.forget_transitions.labels(strategy=strategy).observe(entry["transitions_replayed"])
+        for kind in ("reused", "prefilled", "decoded"):
+            self.metrics.forget_tokens.labels(strategy=strategy, kind=kind).inc(tokens[kind])
+        self.metrics.forget_full_reset.labels(strategy=strategy).inc(tokens["full_reset_estimate"])
+
+
+async def _swap(
+    tx: AsyncSession, session: AgentSession, rows: list[Artifact], located: Located, tainted: list[Tainted],
+    change: Rebuilt | Rewritten | None,
+) -> dict[str, Any]:
+    """Write a strategy's change in the session's transaction and return the session's receipt entry."""
+    before = state_sha256((r.kind, r.turn, r.token_ids) for r in rows)
+    entry: dict[str, Any] = {
+        "session_id": session.id,
+        "tau": located.tau,
+        "T": session.turns,
+        "transitions_replayed": 0,
+        "checkpoint": None,
+        "closure": [t.artifact_id for t in tainted],
+        "tokens": {"reused": 0, "prefilled": 0, "decoded": 0, "full_reset_estimate": 0},
+        "epoch_before": session.epoch,
+        "epoch_after": session.epoch,
+        "state_sha256_before": before,
+        "state_sha256_after": before,
+    }
+    if change is None:
+        entry["tokens"]["full_reset_estimate"] = compute_cost(session.token_count, replies_in(rows))
+        return entry
+    epoch = session.epoch + 1
+    if isinstance(change, Rebuilt):
+        await artifacts_repo.delete_from_turn(tx, session.id, change.from_turn)
+        await sessions_repo.delete_checkpoints_from(tx, session.id, change.from_turn)
+        await artifacts_repo.insert_artifacts(tx, change.rows)
+        await artifacts_repo.insert_edges(tx, change.edges)
+        await sessions_repo.add_checkpoints(
+            tx, session.id, [(b.turn, b.token_offset, b.manifest_sha256) for b in change.checkpoints]
+        )
+        turns = max([session.turns, *(r["turn"] for r in change.rows)])
+        await sessions_repo.record_forget(
+            tx, session.id, epoch=epoch, turns=turns, token_count=change.token_count,
+            system_prompt=change.system_prompt,
+        )
+        restore = change.restored_from
+        entry["transitions_replayed"] = change.transitions
+        if restore is not None and restore.turn >= 0:
+            entry["checkpoint"] = {"turn": restore.turn, "token_offset": restore.token_offset}
+        tokens = (change.reused, change.prefilled, change.decoded)
+    else:
+        await artifacts_repo.delete_ids(tx, session.id, change.deleted)
+        await artifacts_repo.rewrite(tx, session.id, change.updated)
+        if change.first_turn is not None:
+            # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
+            await sessions_repo.delete_checkpoints_from(tx, session.id, change.first_turn)
+        await sessions_repo.record_forget(
+            tx, session.id, epoch=epoch, turns=session.turns, token_count=change.token_count,
+            system_prompt=change.system_prompt,
+        )
+        tokens = (change.reused, change.prefilled, 0)
+    after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+    entry["epoch_after"] = epoch
+    entry["state_sha256_after"] = state_sha256((r.kind, r.turn, r.token_ids) for r in after)
+    entry["tokens"] = {
+        "reused": tokens[0],
+        "prefilled": tokens[1],
+        "decoded": tokens[2],
+        "full_reset_estimate": compute_cost(after[-1].token_end if after else 0, replies_in(after)),
+    }
+    return entry
+
+
+def _planned(
+    session: AgentSession, rows: list[Artifact], located: Located, tainted: list[Tainted], restore: Restore | None,
+    strategy: ForgetStrategy,
+) -> dict[str, Any]:
+    full = compute_cost(session.token_count, replies_in(rows))
+    entry: dict[str, Any] = {
+        "session_id": session.id,
+        "tau": located.tau,
+        "T": session.turns,
+        "transitions_replayed": 0,
+        "checkpoint": None,
+        "closure": [t.artifact_id for t in tainted],
+        "trace": [{"artifact_id": t.artifact_id, "kind": t.kind, "turn": t.turn, "why": t.why} for t in tainted],
+        "tokens": {"reused": 0, "recompute_estimate": 0, "full_reset_estimate": full},
+        "epoch_before": session.epoch,
+    }
+    if restore is not None:
+        after = [r for r in rows if r.token_start >= restore.token_offset]
+        entry["transitions_replayed"] = session.turns - restore.turn
+        if restore.turn >= 0:
+            entry["checkpoint"] = {"turn": restore.turn, "token_offset": restore.token_offset}
+        entry["tokens"]["reused"] = restore.token_offset
+        # What the contaminated suffix cost; the rebuilt one is about as long, less the target.
+        entry["tokens"]["recompute_estimate"] = compute_cost(
+            session.token_count - restore.token_offset, replies_in(after)
+        )
+    return entry
+
+
+def _describe(exc: BaseException) -> str:
+    """A job's error for its receipt: the error's type and message, which never carry artifact text (the runtime's
+    messages are about tokens, ids and limits)."""
+    message = str(exc).strip()
+    if isinstance(exc, InvalidRequest | NotFound):
+        return message[:500]
+    return f"{type(exc).__name__}: {message}"[:500]

@@ -1,0 +1,175 @@
+"""Forget strategies behind one interface: what a forget does to one session, under that session's row lock.
+
+Every strategy gets the same `SessionWork` (the session, its live artifacts, the located target, its taint closure
+and checkpoints) and returns one of three changes, which the service swaps in the same way for all:
+
+- `Rebuilt`: transitions from some turn on are replaced (replay.py): `selective_replay` (Algorithm 1: restore at the
+  latest checkpoint before τ, replay τ..T) and `full_reset` (the reference: replay every transition on a cold cache);
+- `Rewritten`: artifacts deleted or edited in place and nothing regenerated (rewrite.py): `delete_dependents` (DeLLM:
+  the message and everything whose context reached it) and its baseline twin `sanitize_no_replay` (B4),
+  `source_redaction` (B3: the source only, derived artifacts kept), `sanitized_rebuild` (B6: the text stripped from
+  every artifact, the cache rebuilt); `forget_instruction` (B2) appends a message as a `Rebuilt` transition;
+- `None`: the session is left as it is: `no_forget` (B0) and `memory_delete` (B1: only the memory record goes).
+
+The baselines exist for the evaluation harness: they leave the target in derived state by design, which is what the
+paper measures. Only `selective_replay`, `full_reset` and `delete_dependents` are forgetting in the product's sense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.db.models import AgentSession, Artifact, Checkpoint
+from app.engine.protocol import KVEngine
+from app.errors import InvalidRequest
+from app.forget.plan import Restore, Tainted, restore_point
+from app.forget.replay import Rebuilt, replay
+from app.forget.rewrite import Rewritten, append_instruction, rewrite
+from app.forget.targets import Located, only_model_outputs
+from app.runtime.handles import HandleRegistry
+
+Change = Rebuilt | Rewritten | None
+
+
+@dataclass(frozen=True)
+class SessionWork:
+    engine: KVEngine
+    handles: HandleRegistry
+    session: AgentSession
+    rows: list[Artifact]
+    located: Located
+    closure: list[Tainted]
+    checkpoints: list[Checkpoint]
+
+
+class ForgetStrategy(Protocol):
+    name: str
+    replays: bool  # regenerates model outputs (needs a reply-capable engine and may take a while)
+    forgets_memory: bool  # a memory target's record is tombstoned
+
+    def check(self, located: Located) -> None:
+        """Refuse (InvalidRequest) a target this strategy cannot forget, before any job is queued."""
+        ...
+
+    async def apply(self, work: SessionWork) -> Change: ...
+
+
+class _Base:
+    name = ""
+    replays = False
+    forgets_memory = True
+
+    def check(self, located: Located) -> None:
+        return None
+
+
+class SelectiveReplay(_Base):
+    name = "selective_replay"
+    replays = True
+
+    def check(self, located: Located) -> None:
+        _refuse_outputs_only(self.name, located)
+
+    async def apply(self, work: SessionWork) -> Change:
+        tau = work.located.tau
+        restore = restore_point(work.checkpoints, work.rows, tau)
+        return await replay(work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=tau)
+
+
+class FullReset(_Base):
+    name = "full_reset"
+    replays = True
+
+    def check(self, located: Located) -> None:
+        _refuse_outputs_only(self.name, located)
+
+    async def apply(self, work: SessionWork) -> Change:
+        # Every transition regenerated on a cold cache; the system block (transition 0) is re-prefilled unless the
+        # target sits in it, in which case it is re-rendered too.
+        from_turn = min(work.located.tau, 1)
+        system = [r for r in work.rows if r.turn == 0]
+        restore = Restore(0, system[-1].token_end if system else 0, None) if from_turn == 1 else Restore(-1, 0, None)
+        return await replay(
+            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=from_turn, cold=True
+        )
+
+
+class DeleteDependents(_Base):
+    """DeLLM on the provenance graph: remove the target and every artifact whose context reached it (a text target's
+    observation is sanitized rather than deleted); regenerate nothing."""
+
+    name = "delete_dependents"
+
+    async def apply(self, work: SessionWork) -> Change:
+        sanitized = {i for i, content in work.located.edits.items() if content is not None}
+        drop = {t.artifact_id for t in work.closure} - sanitized
+        return await rewrite(
+            work.engine, work.handles, work.session, work.rows, drop=drop, edits=dict(work.located.edits)
+        )
+
+
+class SanitizeNoReplay(DeleteDependents):
+    name = "sanitize_no_replay"  # B4: the same operation, named as the paper's baseline
+
+
+class SourceRedaction(_Base):
+    name = "source_redaction"  # B3: drop (or redact) the source block, keep everything derived from it
+
+    async def apply(self, work: SessionWork) -> Change:
+        return await rewrite(
+            work.engine, work.handles, work.session, work.rows, drop=set(), edits=dict(work.located.edits)
+        )
+
+
+class SanitizedRebuild(_Base):
+    name = "sanitized_rebuild"  # B6: string-redact the whole transcript (model outputs too), rebuild the cache
+
+    async def apply(self, work: SessionWork) -> Change:
+        return await rewrite(
+            work.engine, work.handles, work.session, work.rows, drop=set(), edits=dict(work.located.edits),
+            redact=work.located.span,
+        )
+
+
+class ForgetInstruction(_Base):
+    name = "forget_instruction"  # B2: append "forget z" and keep everything
+
+    async def apply(self, work: SessionWork) -> Change:
+        what = work.located.span or "the earlier message I asked you to forget"
+        instruction = f"Forget the following and never use, repeat or act on it again: {what}"
+        return await append_instruction(work.engine, work.handles, work.session, work.rows, instruction)
+
+
+class NoForget(_Base):
+    name = "no_forget"  # B0
+    forgets_memory = False
+
+    async def apply(self, work: SessionWork) -> Change:
+        return None
+
+
+class MemoryDelete(_Base):
+    name = "memory_delete"  # B1: the memory record is tombstoned; sessions are untouched
+
+    async def apply(self, work: SessionWork) -> Change:
+        return None
+
+
+def _refuse_outputs_only(name: str, located: Located) -> None:
+    if only_model_outputs(located):
+        raise InvalidRequest(
+            f"{name} sanitizes observations and regenerates what followed, and the target is only in model "
+            "outputs: regenerating them from the same inputs reproduces them. Forget the observation it came from, "
+            "or use delete_dependents."
+        )
+
+
+STRATEGIES: Mapping[str, ForgetStrategy] = {
+    s.name: s
+    for s in (
+        SelectiveReplay(), FullReset(), DeleteDependents(), SanitizeNoReplay(), SourceRedaction(),
+        SanitizedRebuild(), ForgetInstruction(), NoForget(), MemoryDelete(),
+    )
+}

@@ -1,0 +1,143 @@
+"""Forget targets and where they sit in a session (Algorithm 1, line 1: locate the source).
+
+A target names what to forget in one of four forms (API.md): an artifact, a text span in a session's observations, a
+memory record (every injection of it), or a semantic query over a session's observations. Locating it in a session
+yields the *sources* (the artifacts where it entered), what each source becomes once sanitized, and τ, the first
+transition any of them belongs to.
+
+Sanitizing follows the counterfactual exactly: an artifact target drops the observation; a text target removes every
+occurrence of the text from the observations holding it and changes nothing else; an observation left empty (only
+whitespace) is dropped. Model outputs are never edited here: they are derived, and the strategy decides their fate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.db.models import Artifact
+from app.runtime.blocks import MODEL_KINDS
+
+
+@dataclass(frozen=True)
+class Target:
+    artifact_id: str | None = None
+    session_id: str | None = None
+    text: str | None = None
+    namespace: str | None = None
+    key: str | None = None
+    query: str | None = None
+    min_similarity: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Target:
+        memory = data.get("memory") or {}
+        return cls(
+            artifact_id=data.get("artifact_id"),
+            session_id=data.get("session_id"),
+            text=data.get("text"),
+            namespace=memory.get("namespace"),
+            key=memory.get("key"),
+            query=data.get("query"),
+            min_similarity=data.get("min_similarity"),
+        )
+
+    @property
+    def kind(self) -> str:
+        if self.artifact_id is not None:
+            return "artifact"
+        if self.text is not None:
+            return "text"
+        if self.namespace is not None:
+            return "memory"
+        return "query"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The target as stored while the job runs (it must survive a crash, text included)."""
+        out: dict[str, Any] = {}
+        if self.artifact_id is not None:
+            out["artifact_id"] = self.artifact_id
+        if self.session_id is not None:
+            out["session_id"] = self.session_id
+        if self.text is not None:
+            out["text"] = self.text
+        if self.namespace is not None:
+            out["memory"] = {"namespace": self.namespace, "key": self.key}
+        if self.query is not None:
+            out["query"] = self.query
+            out["min_similarity"] = self.min_similarity
+        return out
+
+    def scrubbed(self) -> dict[str, Any]:
+        """The target as a finished job keeps it: the forgotten text replaced by its length. (No hash either: a
+        short secret such as an account number falls to a dictionary attack on its hash.)"""
+        out = self.to_dict()
+        if self.text is not None:
+            out["text"] = None
+            out["text_length"] = len(self.text)
+        return out
+
+
+@dataclass(frozen=True)
+class Located:
+    """The target in one session."""
+
+    tau: int  # the first transition holding a source
+    sources: list[str]  # artifact ids where the target entered
+    edits: dict[str, str | None] = field(default_factory=dict)  # observation id → sanitized content (None: dropped)
+    span: str | None = None  # the text a string-redaction baseline strips from every artifact
+
+
+def locate_in(target: Target, rows: Sequence[Artifact], matches: Sequence[str] = ()) -> Located | None:
+    """Where `target` entered the session whose artifacts are `rows` (log order); None when it is not there.
+
+    `matches` are the ids a semantic query selected (the caller runs the pgvector search)."""
+    if target.artifact_id is not None:
+        row = next((r for r in rows if r.id == target.artifact_id), None)
+        if row is None:
+            return None
+        edits: dict[str, str | None] = {} if row.kind in MODEL_KINDS else {row.id: None}
+        return Located(row.turn, [row.id], edits, row.content)
+    if target.text is not None:
+        return _locate_text(target.text, rows)
+    if target.namespace is not None:
+        hits = [r for r in rows if r.kind == "memory" and _is_record(r, target.namespace, target.key)]
+        return _dropping(hits)
+    wanted = set(matches)
+    return _dropping([r for r in rows if r.id in wanted and r.kind not in MODEL_KINDS])
+
+
+def _locate_text(text: str, rows: Sequence[Artifact]) -> Located | None:
+    edits: dict[str, str | None] = {}
+    first: int | None = None
+    for row in rows:
+        if row.kind in MODEL_KINDS or text not in row.content:
+            continue
+        cleaned = row.content.replace(text, "")
+        edits[row.id] = cleaned if cleaned.strip() else None
+        first = row.turn if first is None else min(first, row.turn)
+    if first is not None:
+        return Located(first, list(edits), edits, text)
+    # Only model outputs hold it: nothing external to sanitize; the strategy decides (replay refuses).
+    outputs = [r for r in rows if text in r.content]
+    if not outputs:
+        return None
+    return Located(min(r.turn for r in outputs), [r.id for r in outputs], {}, text)
+
+
+def _dropping(hits: Sequence[Artifact]) -> Located | None:
+    if not hits:
+        return None
+    return Located(min(r.turn for r in hits), [r.id for r in hits], {r.id: None for r in hits})
+
+
+def _is_record(row: Artifact, namespace: str | None, key: str | None) -> bool:
+    meta = row.meta or {}
+    return bool(meta.get("namespace") == namespace and meta.get("key") == key)
+
+
+def only_model_outputs(located: Located) -> bool:
+    """True when the target sits only in model outputs: no observation to sanitize, so a replay would regenerate
+    the same outputs from the same inputs."""
+    return not located.edits

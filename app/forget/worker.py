@@ -1,0 +1,99 @@
+"""The forget worker: one per API process, claiming jobs from `forget_jobs` under a lease.
+
+Any number of processes share the queue: a claim is `FOR UPDATE SKIP LOCKED`, so each job goes to one worker; the
+worker renews its lease while the job runs, and a job whose worker died (lease expired) is claimed again by whoever
+polls next, this process after a restart included. A submit in this process wakes its worker at once; others find
+the job on their next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+
+from app.db.models import ForgetJob
+from app.db.repositories import forget_jobs as jobs_repo
+from app.db.session import Database
+from app.forget.service import ForgetService, LeaseLost, Retry
+from app.observability.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 20  # a job that keeps finding its session busy or its worker dying stops being retried
+
+
+class ForgetWorker:
+    def __init__(
+        self,
+        db: Database,
+        metrics: Metrics,
+        service: Callable[[], ForgetService],
+        *,
+        lease_s: float = 30.0,
+        poll_s: float = 1.0,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.db = db
+        self.metrics = metrics
+        self.service = service
+        self.lease_s = lease_s
+        self.poll_s = poll_s
+        self.ready = ready
+        self.wake = asyncio.Event()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    async def run(self) -> None:
+        while True:
+            try:
+                worked = await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database blinked: keep the worker alive, try again after a poll
+                log.exception("forget worker step failed")
+                worked = False
+            if not worked:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self.poll_s)
+                self.wake.clear()
+
+    async def step(self) -> bool:
+        """Claim and run one job; False when there was none to run."""
+        async with self.db.transaction() as tx:
+            self.metrics.forget_queue_depth.set(await jobs_repo.queue_depth(tx))
+        if not self.ready():
+            return False
+        async with self.db.transaction() as tx:
+            job = await jobs_repo.claim(tx, self.owner, self.lease_s)
+        if job is None:
+            return False
+        await self._run(job)
+        return True
+
+    async def _run(self, job: ForgetJob) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat(job.id), name=f"lease-{job.id}")
+        try:
+            await self.service().execute(job, self.owner)
+        except Retry as why:
+            log.info("forget job requeued", extra={"forget_id": job.id, "why": str(why)})
+            async with self.db.transaction() as tx:
+                await jobs_repo.requeue(tx, job.id, self.owner)
+            if job.attempts >= MAX_ATTEMPTS:
+                log.warning("forget job keeps being requeued", extra={"forget_id": job.id, "attempts": job.attempts})
+            await asyncio.sleep(min(5.0, 0.2 * job.attempts))  # back off; the session's turn will end
+        except LeaseLost:
+            log.warning("forget job lease lost; another worker owns it now", extra={"forget_id": job.id})
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _heartbeat(self, job_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            async with self.db.transaction() as tx:
+                if not await jobs_repo.renew(tx, job_id, self.owner, self.lease_s):
+                    return

@@ -1,0 +1,1 @@
+"""Signed webhooks from injection detectors."""

@@ -1,0 +1,81 @@
+"""Helpers of the forget tests: turn scripts over HTTP, the counterfactual run, waiting for jobs, searching tables."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from tests.support import sql
+
+SYSTEM = "You are a helpful personal assistant. Answer briefly."
+Script = list[list[dict[str, Any]]]  # one list of inputs per turn; [] = an empty transition
+
+
+def run_script(
+    client: httpx.Client, script: Script, sampling: dict[str, Any], **config: Any
+) -> tuple[str, list[list[str]]]:
+    """Create a session and run the script; returns the session id and each turn's input artifact ids."""
+    config.setdefault("system_prompt", SYSTEM)
+    r = client.post("/v1/sessions", json={"sampling": sampling, **config})
+    assert r.status_code == 201, r.text
+    session_id: str = r.json()["id"]
+    ids = [post_turn(client, session_id, inputs) for inputs in script]
+    return session_id, ids
+
+
+def post_turn(client: httpx.Client, session_id: str, inputs: list[dict[str, Any]]) -> list[str]:
+    body: dict[str, Any] = {"inputs": inputs} if inputs else {"inputs": [], "generate": False}
+    r = client.post(f"/v1/sessions/{session_id}/turns", json=body)
+    assert r.status_code == 200, r.text
+    return [i["artifact_id"] for i in r.json()["inputs"]]
+
+
+def artifacts(client: httpx.Client, session_id: str) -> list[dict[str, Any]]:
+    r = client.get(f"/v1/sessions/{session_id}/artifacts")
+    assert r.status_code == 200, r.text
+    items: list[dict[str, Any]] = r.json()["artifacts"]
+    return items
+
+
+def shape(items: list[dict[str, Any]]) -> list[tuple[str, int, str, list[int]]]:
+    """What must equal between a forgotten session and its counterfactual: kind, transition, content and span of
+    every artifact (ids differ: the counterfactual is another session)."""
+    return [(a["kind"], a["turn"], a["content"], a["token_span"]) for a in items]
+
+
+def assert_tiles(items: list[dict[str, Any]]) -> None:
+    offset = 0
+    for a in items:
+        assert a["token_span"][0] == offset, (a["id"], a["token_span"], offset)
+        offset = a["token_span"][1]
+
+
+def forget(client: httpx.Client, target: dict[str, Any], **options: Any) -> dict[str, Any]:
+    r = client.post("/v1/forget", json={"target": target, **options})
+    assert r.status_code in (200, 202), r.text
+    job: dict[str, Any] = r.json()
+    return job
+
+
+def wait_job(client: httpx.Client, job_id: str, timeout: float = 240) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job: dict[str, Any] = client.get(f"/v1/forget/{job_id}").json()
+        if job["status"] in ("succeeded", "failed", "needs_input") or time.monotonic() > deadline:
+            return job
+        time.sleep(0.1)  # polling the job as a client would
+
+
+def tables_holding(database_url: str, needle: str) -> list[str]:
+    """Every table (of the public schema) with a row whose text form contains `needle`: a dump of the database,
+    searched. Case-insensitive, so a re-cased copy counts too."""
+    names = [r["tablename"] for r in sql(database_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+    found = []
+    for name in names:
+        query = f'SELECT count(*) AS n FROM "{name}" t WHERE strpos(lower(t::text), lower($1)) > 0'
+        rows = sql(database_url, query, needle)
+        if rows[0]["n"]:
+            found.append(name)
+    return found

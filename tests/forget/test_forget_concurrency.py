@@ -1,0 +1,168 @@
+"""A forget is a barrier: a turn that arrives while it runs waits, then applies to the rebuilt state; two forgets on
+one session serialize; a job survives the death of the process running it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, wait_job
+from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, ROOT, free_port, sql
+
+LETHE = [str(ROOT / ".venv/bin/lethe")] if (ROOT / ".venv/bin/lethe").exists() else [sys.executable, "-m", "app"]
+SLOW = {"temperature": 0, "max_tokens": 32, "seed": 5}
+SECRET = "passport X1234567"
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "user", "content": text}
+
+
+SCRIPT = [
+    [user(f"My passport number is {SECRET}.")],
+    [user("Plan a trip to Rome.")],
+    [user("What should I pack?")],
+    [user("Any museum tips?")],
+]
+COUNTERFACTUAL: list[list[dict[str, Any]]] = [[], *SCRIPT[1:]]
+
+
+def wait_running(client: httpx.Client, job_id: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while client.get(f"/v1/forget/{job_id}").json()["status"] == "queued":
+        assert time.monotonic() < deadline, "the job was never claimed"
+        time.sleep(0.02)
+
+
+def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(client: httpx.Client) -> None:
+    session_id, ids = run_script(client, SCRIPT, SLOW)
+    job = forget(client, {"artifact_id": ids[0][0]})
+    wait_running(client, job["id"])
+    answers: dict[str, Any] = {}
+
+    def late_turn() -> None:
+        answers["turn"] = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [user("Thanks, bye!")]})
+
+    thread = threading.Thread(target=late_turn)
+    thread.start()
+    done = wait_job(client, job["id"])
+    thread.join(timeout=240)
+    assert done["status"] == "succeeded", done
+    response = answers["turn"]
+    assert response.status_code == 200, response.text
+    assert (response.json()["turn"], response.json()["epoch"]) == (5, 1)  # after the forget's swap, not before it
+
+    reference_id, _ = run_script(client, [*COUNTERFACTUAL, [user("Thanks, bye!")]], SLOW)
+    after = artifacts(client, session_id)
+    assert shape(after) == shape(artifacts(client, reference_id))
+    assert not [a for a in after if SECRET in a["content"]]
+
+
+def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
+    session_id, ids = run_script(client, SCRIPT, SLOW)
+    first = forget(client, {"artifact_id": ids[0][0]})
+    second = forget(client, {"artifact_id": ids[2][0]})
+    assert wait_job(client, first["id"])["status"] == "succeeded"
+    done = wait_job(client, second["id"])
+    assert done["status"] == "succeeded", done
+    assert done["sessions"][0]["epoch_before"] == 1 and done["sessions"][0]["epoch_after"] == 2
+    reference_id, _ = run_script(client, [[], SCRIPT[1], [], SCRIPT[3]], SLOW)
+    after = artifacts(client, session_id)
+    assert shape(after) == shape(artifacts(client, reference_id))
+    assert_tiles(after)
+
+
+class ServeProcess:
+    """`lethe serve` in its own process on the test database, so it can be killed like a crashed server."""
+
+    def __init__(self, database_url: str, data_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "LETHE_DATABASE_URL": database_url,
+            "LETHE_DATA_DIR": str(data_dir),
+            "LETHE_MODEL_CACHE_DIR": str(MODEL_CACHE),
+            "LETHE_PORT": str(self.port),
+            "LETHE_BOOTSTRAP_API_KEY": BOOTSTRAP_KEY,
+            "LETHE_FORGET_LEASE_S": "2",
+            "LETHE_FORGET_POLL_S": "0.2",
+            "LETHE_LOG_LEVEL": "WARNING",
+        }
+        self.proc = subprocess.Popen(
+            [*LETHE, "serve"], cwd=ROOT, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "the server exited"
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("the server did not become ready")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+
+def test_a_job_survives_a_crash_mid_replay(client: httpx.Client, database_url: str, tmp_path: Path) -> None:
+    first = ServeProcess(database_url, tmp_path)
+    second: ServeProcess | None = None
+    try:
+        first.wait_ready()
+        crashing = httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {BOOTSTRAP_KEY}"}, timeout=120)
+        session_id, ids = run_script(crashing, SCRIPT, SLOW)
+        # Submitted here, the job wakes this process's worker at once (the test server's only polls), so this is
+        # the process that dies holding it.
+        job = forget(crashing, {"artifact_id": ids[0][0]})
+        deadline = time.monotonic() + 60
+        while True:
+            row = sql(database_url, "SELECT status, lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]
+            if row["status"] == "running":
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(1.0)  # inside the replay: the model is regenerating the suffix
+        first.kill()
+        row = sql(database_url, "SELECT status FROM forget_jobs WHERE id = $1", job["id"])[0]
+        assert row["status"] == "running"  # died mid-replay (the replay regenerates four 32-token replies)
+        # the session is exactly as it was: nothing of the half-done replay committed
+        assert client.get(f"/v1/sessions/{session_id}").json()["epoch"] == 0
+        assert [a for a in artifacts(client, session_id) if SECRET in a["content"]]
+        # Restarted, a worker takes the job over once the dead one's lease expires (the test server's worker may
+        # win that race: any process may finish it).
+        second = ServeProcess(database_url, tmp_path)
+        second.wait_ready()
+        done = wait_job(client, job["id"])
+        assert done["status"] == "succeeded", done
+        attempts = sql(database_url, "SELECT attempts FROM forget_jobs WHERE id = $1", job["id"])[0]["attempts"]
+        assert attempts == 2
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    after = artifacts(client, session_id)
+    reference_id, _ = run_script(client, COUNTERFACTUAL, SLOW)
+    assert shape(after) == shape(artifacts(client, reference_id))
+    assert_tiles(after)
+    assert client.get(f"/v1/sessions/{session_id}").json()["epoch"] == 1
+    post_turn(client, session_id, [user("And the weather?")])
