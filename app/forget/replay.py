@@ -118,7 +118,7 @@ async def replay(
                 session.tenant_id, session.id, 0, log, blocks, None, session.context_policy, keep_ids
             )
             synced.pending.extend(t for b in blocks for t in b.token_ids)
-            out.system_prompt = observed[0].content if observed else None
+            out.system_prompt = next((o.content for o in observed if o.kind == "system"), None)
             marks = checkpoints.at_session_start(session.checkpoint_policy, records.manifest_after)
         else:
             if (edited and not observed) or (not observed and not had_reply):

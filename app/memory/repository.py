@@ -143,6 +143,17 @@ _LIVE_KEYS_SQL = """
 _LIVE_KEYS_FIRST = text(_LIVE_KEYS_SQL.format(after=""))
 _LIVE_KEYS_AFTER = text(_LIVE_KEYS_SQL.format(after="AND key > :after"))
 
+# FOR SHARE: a session injecting these records and a forget tombstoning one of them serialize (see `injectable`).
+_INJECTABLE = text(
+    """
+    SELECT key, version, value FROM memory_records
+     WHERE tenant_id = :tenant_id AND namespace = :namespace AND NOT forgotten
+     ORDER BY key
+     LIMIT :limit
+       FOR SHARE
+    """
+).columns(value=JSONB)
+
 _HISTORY = text(f"SELECT version, op, source, at, value FROM memory_versions WHERE {_PK} ORDER BY version").columns(
     value=JSONB
 )
@@ -225,3 +236,20 @@ async def live_keys(db: AsyncSession, tenant_id: str, namespace: str, *, after: 
 async def history(db: AsyncSession, tenant_id: str, namespace: str, key: str) -> list[VersionRow]:
     rows = await db.execute(_HISTORY, _pk(tenant_id, namespace, key))
     return [VersionRow(version=r.version, op=r.op, source=r.source, at=r.at, value=r.value) for r in rows]
+
+
+@dataclass(frozen=True)
+class Injectable:
+    key: str
+    version: int
+    value: Any
+
+
+async def injectable(db: AsyncSession, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
+    """The live records of a namespace, share-locked until the caller's transaction ends.
+
+    The lock is the barrier between injecting a record into a new session and forgetting it: a tombstone waits for
+    the session's commit, so its cascade job (queued with the tombstone) finds the session; a session created after
+    the tombstone re-reads the row once the lock is free and sees the tombstone, so it never injects the value."""
+    rows = await db.execute(_INJECTABLE, {"tenant_id": tenant_id, "namespace": namespace, "limit": limit})
+    return [Injectable(key=r.key, version=r.version, value=r.value) for r in rows]

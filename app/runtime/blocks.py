@@ -14,12 +14,16 @@ Rendering choices (a replay must render a sanitized observation with these same 
   kept in the artifact's meta): ids are random, so a replay that re-issues a call would otherwise change the prompt and
   could never reproduce the counterfactual session token for token.
 - `system` is the session's system prompt, a system-role block at transition 0.
+- `memory` is one live memory record injected at session start (transition 0, after the system block): a system-role
+  block `Memory (<key>):\n<value>`, the value as text (a JSON value other than a string is rendered as JSON). The
+  artifact's meta links it to (namespace, key, version), which is how a forget of the record finds it.
 
 An artifact's `content` is what the client sent (the document text without the header); the prompt text is derived.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -29,6 +33,7 @@ from app.engine.protocol import ChatTemplate
 # Observation kinds and the chat role each renders in; new kinds (memory, summary, ...) register here.
 ROLE_OF: Final[Mapping[str, str]] = {
     "system": "system",
+    "memory": "system",
     "user": "user",
     "document": "user",
     "tool_result": "tool",
@@ -38,7 +43,7 @@ MODEL_KINDS: Final[frozenset[str]] = frozenset({"assistant", "tool_call", "summa
 # Observations that inject outside content mid-session: the before_injections checkpoint policy keys on them.
 INJECTION_KINDS: Final[frozenset[str]] = frozenset({"document", "tool_result", "memory"})
 # Meta keys a client may see (the rest of `meta` is the runtime's own bookkeeping, e.g. the chunk recipe).
-PUBLIC_META: Final[tuple[str, ...]] = ("source", "tool_call_id")
+PUBLIC_META: Final[tuple[str, ...]] = ("source", "tool_call_id", "namespace", "key", "version")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ def prompt_text(observation: Observation) -> str:
         source = observation.meta.get("source")
         header = f"Document (source: {source}):" if source else "Document:"
         return f"{header}\n{observation.content}"
+    if observation.kind == "memory":
+        return f"Memory ({observation.meta.get('key', '')}):\n{observation.content}"
     return observation.content
 
 
@@ -80,3 +87,8 @@ def render(chat: ChatTemplate, observation: Observation) -> Block:
 def assistant_block(chat: ChatTemplate, content: str, generated: list[int]) -> Block:
     """The reply as it sits in the log: the generation prompt, the sampled tokens and the closing tokens."""
     return Block("assistant", content, [*chat.assistant_header(), *generated, *chat.end_of_turn()])
+
+
+def memory_observation(namespace: str, key: str, version: int, value: Any) -> Observation:
+    content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return Observation("memory", content, {"namespace": namespace, "key": key, "version": str(version)})

@@ -6,8 +6,9 @@ checkpoints and the session's counters in the same transaction. The row lock is 
 on one session are serialized across every API process on the database; if the model call fails nothing is written
 and this process's cache handle is cropped back before the lock is released.
 
-Transition 0 is the system block, written at creation without an engine call (the first turn prefills it together
-with its own tokens, and a replay does the same, see transition.py). Transition t (t ≥ 1) is the t-th POST of turns.
+Transition 0 is the system block and the injected memory records, written at creation without an engine call (the
+first turn prefills them in a call of their own, and a replay does the same, see transition.py). Transition t (t ≥ 1)
+is the t-th POST of turns.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from app.db.session import Database
 from app.engine.protocol import KVEngine
 from app.errors import NotFound, NotReady, SessionBusy
 from app.ids import new_id
+from app.memory import repository as memory_repo
 from app.provenance import graph
 from app.runtime import checkpoints
-from app.runtime.blocks import Block, Observation, render
+from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, plan_records, stored_log
 from app.runtime.transition import Outcome, Usage, advance, check_room, rewind, sampling_for, sync
 
+MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
 DEFAULT_LOCK_TIMEOUT_S = 30.0  # longer than a typical turn, so turns queued behind one another do not fail
 
 
@@ -94,11 +97,20 @@ class SessionService:
     # -- sessions -----------------------------------------------------------------------------------------------
 
     async def create(self, tenant_id: str, config: SessionConfig) -> SessionView:
-        system: Block | None = None
+        blocks: list[Block] = []
         if config.system_prompt is not None:
-            system = render(self._engine().chat, Observation("system", config.system_prompt))
+            blocks.append(render(self._engine().chat, Observation("system", config.system_prompt)))
         session_id = new_id("ses")
         async with self.db.transaction() as tx:
+            if config.memory_namespace is not None:
+                # Read under FOR SHARE in this transaction: a concurrent forget of a record either waits for this
+                # session (and its cascade then replays it) or lands first (and the record is not injected).
+                records = await memory_repo.injectable(tx, tenant_id, config.memory_namespace, limit=MAX_INJECTED)
+                chat = self._engine().chat
+                blocks.extend(
+                    render(chat, memory_observation(config.memory_namespace, r.key, r.version, r.value))
+                    for r in records
+                )
             row = await sessions_repo.create(
                 tx,
                 id=session_id,
@@ -113,13 +125,11 @@ class SessionService:
                 tools=config.tools,
                 sampling=config.sampling,
                 turns=0,
-                token_count=0 if system is None else len(system.token_ids),
+                token_count=sum(len(b.token_ids) for b in blocks),
             )
-            records = plan_records(
-                tenant_id, session_id, 0, [], [] if system is None else [system], None, row.context_policy
-            )
-            await artifacts_repo.insert_artifacts(tx, records.artifacts)
-            marks = checkpoints.at_session_start(row.checkpoint_policy, records.manifest_after)
+            planned = plan_records(tenant_id, session_id, 0, [], blocks, None, row.context_policy)
+            await artifacts_repo.insert_artifacts(tx, planned.artifacts)
+            marks = checkpoints.at_session_start(row.checkpoint_policy, planned.manifest_after)
             await sessions_repo.add_checkpoints(tx, session_id, _rows(marks))
         return SessionView(row, "idle")
 

@@ -10,7 +10,6 @@ import pytest
     ("option", "word"),
     [
         ({"context_policy": "retrieval"}, "retrieval"),
-        ({"memory_namespace": "user-1"}, "memory"),
         ({"tools": [{"name": "get_balance", "kind": "read_only"}]}, "tools"),
     ],
 )

@@ -14,6 +14,7 @@ from app.api.schemas.sessions import (
     CompactRequest,
     DocumentInput,
     InputRef,
+    MemoryLink,
     ReplyOut,
     RetrievalConfig,
     SamplingConfig,
@@ -83,7 +84,12 @@ def _artifact_out(view: ArtifactView) -> ArtifactOut:
         committed=row.committed,
         source=row.meta.get("source"),
         tool_call_id=row.meta.get("tool_call_id"),
+        memory=_memory_link(row.meta) if row.kind == "memory" else None,
     )
+
+
+def _memory_link(meta: dict[str, Any]) -> MemoryLink:
+    return MemoryLink(namespace=meta["namespace"], key=meta["key"], version=int(meta["version"]))
 
 
 def _observation(item: TurnInput) -> Observation:
@@ -98,15 +104,13 @@ def _reject_unbuilt(body: SessionCreate) -> None:
     """Options the runtime does not honour yet answer 501 rather than being accepted and silently ignored."""
     if body.context_policy == "retrieval":
         raise NotImplementedYet("the retrieval context policy is not built yet; use context_policy: full")
-    if body.memory_namespace is not None:
-        raise NotImplementedYet("memory injection into sessions is not built yet; omit memory_namespace")
     if body.tools:
         raise NotImplementedYet("session tools are not built yet; omit tools")
 
 
 @router.post(
     "", status_code=201, response_model=SessionOut, summary="Create a session",
-    responses={501: problem_doc("An option that is not built yet (retrieval policy, memory injection, tools)")},
+    responses={501: problem_doc("An option that is not built yet (retrieval policy, tools)")},
 )
 async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
     _reject_unbuilt(body)

@@ -125,6 +125,12 @@ ArtifactKind = Literal[
 ]
 
 
+class MemoryLink(BaseModel):
+    namespace: str
+    key: str
+    version: int
+
+
 class ArtifactOut(BaseModel):
     id: str
     kind: ArtifactKind
@@ -136,6 +142,7 @@ class ArtifactOut(BaseModel):
     committed: bool
     source: str | None = Field(default=None, description="Where a document came from")
     tool_call_id: str | None = Field(default=None, description="The call a tool result answers")
+    memory: MemoryLink | None = Field(default=None, description="The record a memory artifact injected")
 
 
 class ArtifactList(BaseModel):

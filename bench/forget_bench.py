@@ -1,0 +1,514 @@
+"""Forget cost against the target's position: selective replay (B7) side by side with a full reset (B5 / B5').
+
+    python -m bench.forget_bench [--taus 1,2,4,6,8,10,12,14,16] [--max-tokens 16] [--engines hf,vllm] [--turns 16]
+
+For each engine in `--engines` (one `lethe serve` each, in turn: embedded PostgreSQL in a temp dir, the converted
+model from .lethe/models) and each τ in `--taus`, builds two identical sessions of T = `--turns` transitions (the
+same short user messages, the same seed, greedy decoding) whose transition τ is a user message holding a made-up
+private fact, then forgets that message in one with `selective_replay` and in the other with `full_reset`, one right
+after the other (the order alternates with τ, so neither method always runs on the quieter machine). From each job's
+receipt it records the recomputed tokens (prefilled + decoded), the reused ones, the transitions replayed and the
+job's `duration_ms`, and it checks that both sessions end with equal artifacts (kind, turn, content, token span): a
+selective replay is exact, so on hf they must be equal.
+
+What the full reset measures depends on the engine. On hf it replays every transition on a cold cache: the paper's
+B5. On vllm it opens a fresh token list but vLLM's prefix cache still serves the clean prefix before τ (its `reused`
+is above 0), so only the suffix is prefilled again, while every reply is decoded again: the paper's B5' ("full reset
+over a warm prefix cache"). So that neither method finds the other's replayed suffix in that cache, the two sessions
+of a pair live in two tenants (vLLM salts its cache by tenant), created with `lethe tenant create`.
+
+Reports, per τ, T - τ + 1 and per method the recomputed tokens and the wall time; the least-squares fit of
+recomputed tokens against T - τ + 1 per method and engine, with R²; and the saving (full reset's recomputed tokens
+over selective replay's) at early (τ = 1..2), middle (τ = 8) and late (τ = 14..16) τ, and at τ = T - 12 (12
+transitions past the target: the paper's 9.3x setting, τ = 4 for T = 16). Writes bench/results/forget_bench.json and
+bench/results/forget_bench.md and prints the markdown. An engine whose server does not start is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+LETHE = str(ROOT / ".venv" / "bin" / "lethe")
+API_KEY = "bench-key-" + "0" * 24
+SYSTEM = "You are a helpful personal assistant. Answer briefly."
+TARGET = "A private note for you: my locker code is 4471-ZQ and my cat is called Brindlewick."
+CLEAN = [
+    "Hi! Please help me plan my week.", "I like jogging in the morning.", "I work as a nurse on late shifts.",
+    "Suggest a time for my runs.", "What should I eat before a late shift?", "And after it?",
+    "Give me one tip for sleeping well.", "Summarize the plan in one sentence.", "What day should I rest?",
+    "How long should each run be?", "Which shoes should I buy?", "Should I stretch before running?",
+    "Recommend a podcast for the runs.", "How much water should I drink?", "Can I run in the rain?",
+    "What about running at night?", "Any tip for a rest day?", "How do I track my progress?",
+    "Is coffee fine before a shift?", "Thanks, that is all for now.",
+]
+METHODS = ("selective_replay", "full_reset")
+LABELS = {"hf": {"selective_replay": "B7", "full_reset": "B5"}, "vllm": {"selective_replay": "B7", "full_reset": "B5'"}}
+PAST_TARGET = 12  # the paper's setting: sessions run 12 transitions past the target
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    engine: str
+    base: str
+    data: Path
+    env: dict[str, str]
+    log: Path
+    started_s: float
+
+    def tenant_key(self, name: str) -> str:
+        """A tenant of its own (so its own vLLM cache salt) and its API key, through the CLI on the shared database."""
+        done = subprocess.run(
+            [LETHE, "tenant", "create", name], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"lethe tenant create {name} failed: {done.stderr.strip()[-500:]}")
+        return done.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def serve(engine: str, ready_s: float) -> Iterator[Server]:
+    """`lethe serve` on `engine` in its own process group on a free port; stops it (and its database) on exit."""
+    data = Path(tempfile.mkdtemp(prefix=f"lethe-forget-bench-{engine}-"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "LETHE_DATA_DIR": str(data),
+        "LETHE_HOST": "127.0.0.1",
+        "LETHE_PORT": str(port),
+        "LETHE_ENGINE": engine,
+        "LETHE_BOOTSTRAP_API_KEY": API_KEY,
+        "LETHE_MODEL_CACHE_DIR": str(ROOT / ".lethe" / "models"),
+        "LETHE_LOG_LEVEL": "WARNING",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+    }
+    log_path = data / "server.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed in finally, after the process is gone
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [LETHE, "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = start + ready_s
+        while True:
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-1500:]
+                raise RuntimeError(f"lethe serve ({engine}) exited with {proc.returncode}: {tail}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"lethe serve ({engine}) not ready after {ready_s:.0f}s")
+            time.sleep(0.5)  # a separate process coming up: nothing to wait on but the clock
+        yield Server(engine, base, data, env, log_path, time.monotonic() - start)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        log.close()
+        stop_postgres(data / "pg")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def stop_postgres(pgdata: Path) -> None:
+    """pgserver stops its server with the last process using it; should one outlive `lethe serve`, stop it here."""
+    pid_file = pgdata / "postmaster.pid"
+    if not pid_file.exists():
+        return
+    with contextlib.suppress(ValueError, IndexError, ProcessLookupError, PermissionError):
+        pid = int(pid_file.read_text().splitlines()[0])
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            os.kill(pid, 0)  # raises ProcessLookupError once it is gone
+            time.sleep(0.1)
+
+
+def script(tau: int, turns: int) -> list[str]:
+    """The user message of each transition 1..turns: distinct clean messages, the target at transition tau."""
+    clean = [CLEAN[i % len(CLEAN)] + ("" if i < len(CLEAN) else f" (again, #{i})") for i in range(turns - 1)]
+    return [*clean[: tau - 1], TARGET, *clean[tau - 1 :]]
+
+
+def build_session(client: httpx.Client, messages: list[str], sampling: dict[str, Any]) -> tuple[str, str]:
+    """Create a session and run the script; returns its id and the target message's artifact id."""
+    r = client.post("/v1/sessions", json={"system_prompt": SYSTEM, "sampling": sampling})
+    r.raise_for_status()
+    session_id: str = r.json()["id"]
+    target = ""
+    for k, text in enumerate(messages, start=1):
+        r = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [{"type": "user", "content": text}]})
+        r.raise_for_status()
+        body = r.json()
+        if body["turn"] != k:
+            raise RuntimeError(f"session {session_id}: POST #{k} answered transition {body['turn']}")
+        if text == TARGET:
+            target = body["inputs"][0]["artifact_id"]
+    return session_id, target
+
+
+def forget(client: httpx.Client, artifact_id: str, strategy: str, timeout_s: float) -> tuple[dict[str, Any], float]:
+    """Forget with `wait`; polls past the server's wait when the job answers 202. Returns the job and client seconds."""
+    start = time.perf_counter()
+    r = client.post("/v1/forget", json={"target": {"artifact_id": artifact_id}, "strategy": strategy, "wait": True})
+    r.raise_for_status()
+    job: dict[str, Any] = r.json()
+    deadline = time.monotonic() + timeout_s
+    while job["status"] not in ("succeeded", "failed", "needs_input"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"forget {job['id']} ({strategy}) still {job['status']} after {timeout_s:.0f}s")
+        time.sleep(0.2)  # polling the job as a client would
+        r = client.get(f"/v1/forget/{job['id']}")
+        r.raise_for_status()
+        job = r.json()
+    seconds = time.perf_counter() - start
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"forget {job['id']} ({strategy}) {job['status']}: {job.get('error')}")
+    return job, seconds
+
+
+def shape(client: httpx.Client, session_id: str) -> list[tuple[str, int, str, list[int]]]:
+    """What must be equal between the two forgotten sessions: kind, transition, content and span of each artifact."""
+    r = client.get(f"/v1/sessions/{session_id}/artifacts")
+    r.raise_for_status()
+    return [(a["kind"], a["turn"], a["content"], a["token_span"]) for a in r.json()["artifacts"]]
+
+
+@dataclass
+class Measure:
+    recomputed: int
+    reused: int
+    prefilled: int
+    decoded: int
+    full_reset_estimate: int
+    transitions_replayed: int
+    checkpoint_turn: int | None
+    duration_ms: float
+    client_ms: float
+    tau: int
+    T: int
+
+
+@dataclass
+class Row:
+    engine: str
+    tau: int
+    T: int
+    suffix: int  # T - tau + 1
+    first: str
+    methods: dict[str, Measure]
+    equal: bool
+    target_gone: bool
+    saving: float  # full reset recomputed / selective replay recomputed
+    first_difference: str | None = None
+
+
+@dataclass
+class EngineRun:
+    engine: str
+    ok: bool
+    error: str | None = None
+    startup_s: float = 0.0
+    total_s: float = 0.0
+    rows: list[Row] = field(default_factory=list)
+
+
+def ratio(num: float, den: float) -> float:
+    return num / den if den else float("inf")
+
+
+def measure(job: dict[str, Any], client_s: float) -> Measure:
+    receipt = job["sessions"][0]
+    tokens = receipt["tokens"]
+    checkpoint = receipt.get("checkpoint")
+    return Measure(
+        recomputed=int(tokens["prefilled"] or 0) + int(tokens["decoded"] or 0),
+        reused=int(tokens["reused"]),
+        prefilled=int(tokens["prefilled"] or 0),
+        decoded=int(tokens["decoded"] or 0),
+        full_reset_estimate=int(tokens["full_reset_estimate"]),
+        transitions_replayed=int(receipt["transitions_replayed"]),
+        checkpoint_turn=None if checkpoint is None else int(checkpoint["turn"]),
+        duration_ms=float(job["duration_ms"]),
+        client_ms=client_s * 1000,
+        tau=int(receipt["tau"]),
+        T=int(receipt["T"]),
+    )
+
+
+def run_engine(engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, ready_s: float) -> EngineRun:
+    out = EngineRun(engine, ok=False)
+    start = time.monotonic()
+    sampling = {"temperature": 0, "max_tokens": max_tokens, "seed": seed}
+    try:
+        with serve(engine, ready_s) as server:
+            out.startup_s = server.started_s
+            print(f"[{engine}] ready after {server.started_s:.1f}s", flush=True)
+            keys = {m: server.tenant_key(f"bench-{m}") for m in METHODS}
+            clients = {
+                m: httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {k}"}, timeout=600)
+                for m, k in keys.items()
+            }
+            try:
+                for i, tau in enumerate(taus):
+                    out.rows.append(one_tau(engine, clients, tau, turns, sampling, first=METHODS[i % 2]))
+                    r = out.rows[-1]
+                    sel, full = r.methods["selective_replay"], r.methods["full_reset"]
+                    print(
+                        f"[{engine}] tau={tau:>2}: selective {sel.recomputed} tok {sel.duration_ms:.0f} ms | "
+                        f"full_reset {full.recomputed} tok (reused {full.reused}) {full.duration_ms:.0f} ms | "
+                        f"saving {r.saving:.2f}x | equal {'yes' if r.equal else 'no'}",
+                        flush=True,
+                    )
+            finally:
+                for c in clients.values():
+                    c.close()
+            errors = [line for line in server.log.read_text(errors="replace").splitlines() if '"error"' in line]
+            if errors:
+                print(f"[{engine}] server logged {len(errors)} error lines, first: {errors[0][:400]}")
+        out.ok = True
+    except (RuntimeError, httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+        print(f"[{engine}] FAILED: {out.error}", flush=True)
+    out.total_s = time.monotonic() - start
+    return out
+
+
+def one_tau(
+    engine: str, clients: dict[str, httpx.Client], tau: int, turns: int, sampling: dict[str, Any], first: str
+) -> Row:
+    messages = script(tau, turns)
+    built = {m: build_session(clients[m], messages, sampling) for m in METHODS}
+    order = [first, *(m for m in METHODS if m != first)]
+    measures: dict[str, Measure] = {}
+    for m in order:
+        _, target = built[m]
+        job, seconds = forget(clients[m], target, m, timeout_s=900)
+        measures[m] = measure(job, seconds)
+    shapes = {m: shape(clients[m], built[m][0]) for m in METHODS}
+    a, b = shapes["selective_replay"], shapes["full_reset"]
+    diff = None
+    if a != b:
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        diff = f"artifact {at}: {a[at] if at < len(a) else None!r} vs {b[at] if at < len(b) else None!r}"[:400]
+    gone = not any("4471-ZQ" in content for s in (a, b) for _, _, content, _ in s)
+    saving = ratio(measures["full_reset"].recomputed, measures["selective_replay"].recomputed)
+    return Row(engine, tau, turns, turns - tau + 1, first, measures, a == b, gone, saving, diff)
+
+
+def fit(xs: list[float], ys: list[float]) -> dict[str, float]:
+    """Least squares y = intercept + slope·x, with R² (nan when y does not vary or there are fewer than 2 points)."""
+    n = len(xs)
+    if n < 2:
+        return {"slope": float("nan"), "intercept": float("nan"), "r2": float("nan"), "n": n}
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx if sxx else float("nan")
+    intercept = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys, strict=True))
+    r2 = 1 - ss_res / ss_tot if ss_tot else float("nan")
+    return {"slope": slope, "intercept": intercept, "r2": r2, "n": n}
+
+
+def summarize(run: EngineRun, turns: int) -> dict[str, Any]:
+    rows = run.rows
+    fits = {}
+    for m in METHODS:
+        xs = [float(r.suffix) for r in rows]
+        fits[m] = {
+            "tokens": fit(xs, [float(r.methods[m].recomputed) for r in rows]),
+            "wall_ms": fit(xs, [r.methods[m].duration_ms for r in rows]),
+        }
+    late = {turns - 2, turns - 1, turns}
+    groups = {
+        "early": {1, 2}, "middle": {turns // 2}, f"tau={turns - PAST_TARGET}": {turns - PAST_TARGET}, "late": late
+    }
+    savings: dict[str, Any] = {}
+    for name, taus in groups.items():
+        chosen = [r for r in rows if r.tau in taus]
+        if not chosen:
+            savings[name] = None
+            continue
+        full = sum(r.methods["full_reset"].recomputed for r in chosen)
+        sel = sum(r.methods["selective_replay"].recomputed for r in chosen)
+        full_ms = sum(r.methods["full_reset"].duration_ms for r in chosen)
+        sel_ms = sum(r.methods["selective_replay"].duration_ms for r in chosen)
+        est = sum(r.methods["selective_replay"].full_reset_estimate for r in chosen)
+        savings[name] = {
+            "taus": [r.tau for r in chosen],
+            "tokens": ratio(full, sel),
+            "wall": ratio(full_ms, sel_ms),
+            "vs_cold_estimate": ratio(est, sel),
+            "full_reset_tokens": full,
+            "selective_tokens": sel,
+        }
+    return {"fits": fits, "savings": savings}
+
+
+def finite(value: Any) -> Any:
+    """The payload with inf / nan as null, so the JSON file is standard JSON."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def fmt(x: float | None, spec: str = ".2f") -> str:
+    if x is None or x != x:  # None or nan
+        return "n/a"
+    return format(x, spec)
+
+
+def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        f"# Forget cost against the target's position (T = {args.turns}, max_tokens = {args.max_tokens})",
+        "",
+        "Recomputed = prefilled + decoded tokens of the forget job; ms = the job's `duration_ms`. B7 = selective "
+        "replay; B5 = full reset on a cold cache (hf); B5' = full reset over vLLM's warm prefix cache. "
+        "Saving = full reset recomputed / B7 recomputed. Equal = both sessions' artifacts equal after the forgets.",
+        "",
+    ]
+    for run in runs:
+        if not run.ok:
+            lines.append(f"- **{run.engine}: failed** after {run.total_s:.0f} s: {run.error}")
+        else:
+            lines.append(f"- {run.engine}: server ready in {run.startup_s:.0f} s, whole run {run.total_s:.0f} s")
+    lines += [
+        "",
+        "| τ | T-τ+1 | engine | B7 recomputed | B7 reused | B7 ms | B7 replayed | full reset | recomputed | reused "
+        "| ms | replayed | saving | equal |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    rows = sorted((r for run in runs for r in run.rows), key=lambda r: (r.tau, r.engine))
+    for r in rows:
+        sel, full = r.methods["selective_replay"], r.methods["full_reset"]
+        lines.append(
+            f"| {r.tau} | {r.suffix} | {r.engine} | {sel.recomputed} | {sel.reused} | {sel.duration_ms:.0f} | "
+            f"{sel.transitions_replayed} | {LABELS[r.engine]['full_reset']} | {full.recomputed} | {full.reused} | "
+            f"{full.duration_ms:.0f} | {full.transitions_replayed} | {r.saving:.2f}x | {'yes' if r.equal else 'no'} |"
+        )
+    lines += [
+        "",
+        "Least-squares fit of recomputed tokens (and of wall ms) against T - τ + 1:",
+        "",
+        "| engine | method | tokens slope | tokens intercept | tokens R² | ms slope | ms intercept | ms R² |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        if not run.ok or not run.rows:
+            continue
+        for m in METHODS:
+            t, w = summaries[run.engine]["fits"][m]["tokens"], summaries[run.engine]["fits"][m]["wall_ms"]
+            lines.append(
+                f"| {run.engine} | {LABELS[run.engine][m]} {m} | {fmt(t['slope'])} | {fmt(t['intercept'], '.1f')} | "
+                f"{fmt(t['r2'], '.4f')} | {fmt(w['slope'], '.1f')} | {fmt(w['intercept'], '.0f')} | "
+                f"{fmt(w['r2'], '.4f')} |"
+            )
+    lines += [
+        "",
+        "Savings (summed over the τ of each group): tokens = full reset recomputed / B7 recomputed; wall = full "
+        "reset ms / B7 ms; vs cold = the receipt's `full_reset_estimate` (a cold full reset) / B7 recomputed.",
+        "",
+        "| engine | group | τ run | tokens | wall | vs cold estimate | full reset tok | B7 tok |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        if not run.ok or not run.rows:
+            continue
+        for name, s in summaries[run.engine]["savings"].items():
+            if s is None:
+                lines.append(f"| {run.engine} | {name} | (not run) | | | | | |")
+                continue
+            lines.append(
+                f"| {run.engine} | {name} | {','.join(map(str, s['taus']))} | {fmt(s['tokens'])}x | "
+                f"{fmt(s['wall'])}x | {fmt(s['vs_cold_estimate'])}x | {s['full_reset_tokens']} | "
+                f"{s['selective_tokens']} |"
+            )
+    unequal = [r for r in rows if not r.equal]
+    leaked = [r for r in rows if not r.target_gone]
+    lines.append("")
+    for r in unequal:
+        lines.append(f"- unequal: {r.engine} τ={r.tau}: {r.first_difference}")
+    for r in leaked:
+        lines.append(f"- the target's text is still in a session: {r.engine} τ={r.tau}")
+    if not unequal and not leaked:
+        lines.append("- every pair of sessions ended equal, and neither holds the target's text")
+    lines.append(f"- {platform.node()}: {os.cpu_count()} CPUs; `{' '.join(args.argv)}`")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--taus", default="1,2,4,6,8,10,12,14,16", help="comma-separated target positions")
+    parser.add_argument("--turns", type=int, default=16, help="T: transitions per session")
+    parser.add_argument("--max-tokens", type=int, default=16, help="reply length cap (greedy decoding)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--engine", choices=["hf", "vllm"], default=None, help="one engine (same as --engines X)")
+    parser.add_argument("--engines", default="hf", help="comma-separated, run one after the other: hf,vllm")
+    parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where forget_bench.json / .md go")
+    args = parser.parse_args()
+    args.argv = ["python -m bench.forget_bench", *sys.argv[1:]]
+    taus = [int(t) for t in args.taus.split(",") if t.strip()]
+    if any(not 1 <= t <= args.turns for t in taus):
+        parser.error(f"every τ must be within 1..{args.turns}")
+    engines = [args.engine] if args.engine else [e.strip() for e in args.engines.split(",") if e.strip()]
+    if any(e not in LABELS for e in engines):
+        parser.error(f"engines are {', '.join(LABELS)}")
+
+    runs = [run_engine(e, taus, args.turns, args.max_tokens, args.seed, args.ready_timeout) for e in engines]
+    summaries = {run.engine: summarize(run, args.turns) for run in runs if run.ok and run.rows}
+    text = markdown(runs, summaries, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "config": {"taus": taus, "T": args.turns, "max_tokens": args.max_tokens, "seed": args.seed,
+                   "engines": engines, "command": " ".join(args.argv)},
+        "runs": [asdict(run) for run in runs],
+        "summary": summaries,
+    }
+    (args.out / "forget_bench.json").write_text(json.dumps(finite(payload), indent=2, default=str) + "\n")
+    (args.out / "forget_bench.md").write_text(text)
+    print()
+    print(text)
+    if any(not run.ok for run in runs) and not any(run.ok for run in runs):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
