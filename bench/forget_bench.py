@@ -1,6 +1,7 @@
 """Forget cost against the target's position: selective replay (B7) side by side with a full reset (B5 / B5').
 
     python -m bench.forget_bench [--taus 1,2,4,6,8,10,12,14,16] [--max-tokens 16] [--engines hf,vllm] [--turns 16]
+                                 [--repeats 1]
 
 For each engine in `--engines` (one `lethe serve` each, in turn: embedded PostgreSQL in a temp dir, the converted
 model from .lethe/models) and each τ in `--taus`, builds two identical sessions of T = `--turns` transitions (the
@@ -9,7 +10,9 @@ private fact, then forgets that message in one with `selective_replay` and in th
 after the other (the order alternates with τ, so neither method always runs on the quieter machine). From each job's
 receipt it records the recomputed tokens (prefilled + decoded), the reused ones, the transitions replayed and the
 job's `duration_ms`, and it checks that both sessions end with equal artifacts (kind, turn, content, token span): a
-selective replay is exact, so on hf they must be equal.
+selective replay is exact, so on hf they must be equal. Tokens are deterministic; wall times are not (a shared
+machine), so each server first runs one throwaway forget per method, `--repeats` pairs per τ give a median, and the
+machine's load average is recorded next to each row.
 
 What the full reset measures depends on the engine. On hf it replays every transition on a cold cache: the paper's
 B5. On vllm it opens a fresh token list but vLLM's prefix cache still serves the clean prefix before τ (its `reused`
@@ -34,12 +37,13 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +131,12 @@ def serve(engine: str, ready_s: float) -> Iterator[Server]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"lethe serve ({engine}) not ready after {ready_s:.0f}s")
             time.sleep(0.5)  # a separate process coming up: nothing to wait on but the clock
-        yield Server(engine, base, data, env, log_path, time.monotonic() - start)
+        try:
+            yield Server(engine, base, data, env, log_path, time.monotonic() - start)
+        except (httpx.HTTPError, RuntimeError) as exc:
+            state = "running" if proc.poll() is None else f"exited with {proc.returncode}"
+            tail = log_path.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{type(exc).__name__}: {exc} (lethe serve {state}; its log ends: {tail})") from exc
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -218,6 +227,8 @@ class Measure:
     client_ms: float
     tau: int
     T: int
+    duration_ms_runs: list[float] = field(default_factory=list)
+    tokens_vary: bool = False
 
 
 @dataclass
@@ -231,6 +242,7 @@ class Row:
     equal: bool
     target_gone: bool
     saving: float  # full reset recomputed / selective replay recomputed
+    load_1min: list[float]  # the machine's 1-minute load average as each pair started (2 CPUs: 2.0 is busy)
     first_difference: str | None = None
 
 
@@ -267,7 +279,9 @@ def measure(job: dict[str, Any], client_s: float) -> Measure:
     )
 
 
-def run_engine(engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, ready_s: float) -> EngineRun:
+def run_engine(
+    engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, repeats: int, ready_s: float
+) -> EngineRun:
     out = EngineRun(engine, ok=False)
     start = time.monotonic()
     sampling = {"temperature": 0, "max_tokens": max_tokens, "seed": seed}
@@ -276,13 +290,14 @@ def run_engine(engine: str, taus: list[int], turns: int, max_tokens: int, seed: 
             out.startup_s = server.started_s
             print(f"[{engine}] ready after {server.started_s:.1f}s", flush=True)
             keys = {m: server.tenant_key(f"bench-{m}") for m in METHODS}
+            warm_up(server, sampling)
             clients = {
                 m: httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {k}"}, timeout=600)
                 for m, k in keys.items()
             }
             try:
                 for i, tau in enumerate(taus):
-                    out.rows.append(one_tau(engine, clients, tau, turns, sampling, first=METHODS[i % 2]))
+                    out.rows.append(one_tau(engine, clients, tau, turns, sampling, METHODS[i % 2], repeats))
                     r = out.rows[-1]
                     sel, full = r.methods["selective_replay"], r.methods["full_reset"]
                     print(
@@ -305,26 +320,52 @@ def run_engine(engine: str, taus: list[int], turns: int, max_tokens: int, seed: 
     return out
 
 
+def warm_up(server: Server, sampling: dict[str, Any]) -> None:
+    """One throwaway forget per method on a short session, in a tenant of its own (so nothing of it is in the
+    measured tenants' vLLM cache): the first job of a process pays one-off costs that belong to no tau."""
+    with httpx.Client(
+        base_url=server.base, headers={"Authorization": f"Bearer {server.tenant_key('bench-warmup')}"}, timeout=600
+    ) as client:
+        for m in METHODS:
+            _, target = build_session(client, script(2, 4), sampling)
+            forget(client, target, m, timeout_s=900)
+
+
 def one_tau(
-    engine: str, clients: dict[str, httpx.Client], tau: int, turns: int, sampling: dict[str, Any], first: str
+    engine: str, clients: dict[str, httpx.Client], tau: int, turns: int, sampling: dict[str, Any], first: str,
+    repeats: int,
 ) -> Row:
+    """`repeats` pairs of sessions for one tau; the methods alternate who goes first from pair to pair as well."""
     messages = script(tau, turns)
-    built = {m: build_session(clients[m], messages, sampling) for m in METHODS}
-    order = [first, *(m for m in METHODS if m != first)]
-    measures: dict[str, Measure] = {}
-    for m in order:
-        _, target = built[m]
-        job, seconds = forget(clients[m], target, m, timeout_s=900)
-        measures[m] = measure(job, seconds)
-    shapes = {m: shape(clients[m], built[m][0]) for m in METHODS}
-    a, b = shapes["selective_replay"], shapes["full_reset"]
-    diff = None
-    if a != b:
-        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-        diff = f"artifact {at}: {a[at] if at < len(a) else None!r} vs {b[at] if at < len(b) else None!r}"[:400]
-    gone = not any("4471-ZQ" in content for s in (a, b) for _, _, content, _ in s)
+    runs: dict[str, list[Measure]] = {m: [] for m in METHODS}
+    equal, gone, diff, load = True, True, None, []
+    for k in range(repeats):
+        load.append(os.getloadavg()[0])
+        built = {m: build_session(clients[m], messages, sampling) for m in METHODS}
+        lead = first if k % 2 == 0 else next(m for m in METHODS if m != first)
+        for m in [lead, *(m for m in METHODS if m != lead)]:
+            job, seconds = forget(clients[m], built[m][1], m, timeout_s=900)
+            runs[m].append(measure(job, seconds))
+        a, b = (shape(clients[m], built[m][0]) for m in METHODS)
+        if a != b and diff is None:
+            at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            diff = f"pair {k}, artifact {at}: {a[at] if at < len(a) else None!r} vs {b[at] if at < len(b) else None!r}"
+        equal = equal and a == b
+        gone = gone and not any("4471-ZQ" in content for sh in (a, b) for _, _, content, _ in sh)
+    measures = {m: combine(runs[m]) for m in METHODS}
     saving = ratio(measures["full_reset"].recomputed, measures["selective_replay"].recomputed)
-    return Row(engine, tau, turns, turns - tau + 1, first, measures, a == b, gone, saving, diff)
+    return Row(engine, tau, turns, turns - tau + 1, first, measures, equal, gone, saving, load, diff and diff[:400])
+
+
+def combine(runs: list[Measure]) -> Measure:
+    """One method's repeats at one tau: the first's tokens (greedy: every repeat recomputes the same, checked in
+    `tokens_vary`), the median wall time, and every repeat's wall time."""
+    out = replace(runs[0])
+    out.duration_ms = statistics.median(r.duration_ms for r in runs)
+    out.client_ms = statistics.median(r.client_ms for r in runs)
+    out.duration_ms_runs = [r.duration_ms for r in runs]
+    out.tokens_vary = len({(r.recomputed, r.reused) for r in runs}) > 1
+    return out
 
 
 def fit(xs: list[float], ys: list[float]) -> dict[str, float]:
@@ -401,7 +442,9 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
         "",
         "Recomputed = prefilled + decoded tokens of the forget job; ms = the job's `duration_ms`. B7 = selective "
         "replay; B5 = full reset on a cold cache (hf); B5' = full reset over vLLM's warm prefix cache. "
-        "Saving = full reset recomputed / B7 recomputed. Equal = both sessions' artifacts equal after the forgets.",
+        "Saving = full reset recomputed / B7 recomputed. Equal = both sessions' artifacts equal after the forgets. "
+        f"Load = the 1-minute load average as the pair started ({os.cpu_count()} CPUs). "
+        f"{args.repeats} pair(s) per τ; ms is the median.",
         "",
     ]
     for run in runs:
@@ -412,8 +455,8 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
     lines += [
         "",
         "| τ | T-τ+1 | engine | B7 recomputed | B7 reused | B7 ms | B7 replayed | full reset | recomputed | reused "
-        "| ms | replayed | saving | equal |",
-        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
+        "| ms | replayed | saving | equal | load |",
+        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     rows = sorted((r for run in runs for r in run.rows), key=lambda r: (r.tau, r.engine))
     for r in rows:
@@ -421,7 +464,8 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
         lines.append(
             f"| {r.tau} | {r.suffix} | {r.engine} | {sel.recomputed} | {sel.reused} | {sel.duration_ms:.0f} | "
             f"{sel.transitions_replayed} | {LABELS[r.engine]['full_reset']} | {full.recomputed} | {full.reused} | "
-            f"{full.duration_ms:.0f} | {full.transitions_replayed} | {r.saving:.2f}x | {'yes' if r.equal else 'no'} |"
+            f"{full.duration_ms:.0f} | {full.transitions_replayed} | {r.saving:.2f}x | {'yes' if r.equal else 'no'} | "
+            f"{max(r.load_1min):.1f} |"
         )
     lines += [
         "",
@@ -465,6 +509,9 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
     lines.append("")
     for r in unequal:
         lines.append(f"- unequal: {r.engine} τ={r.tau}: {r.first_difference}")
+    for r in rows:
+        if any(m.tokens_vary for m in r.methods.values()):
+            lines.append(f"- recomputed tokens varied between repeats: {r.engine} τ={r.tau}")
     for r in leaked:
         lines.append(f"- the target's text is still in a session: {r.engine} τ={r.tau}")
     if not unequal and not leaked:
@@ -479,6 +526,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=16, help="T: transitions per session")
     parser.add_argument("--max-tokens", type=int, default=16, help="reply length cap (greedy decoding)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of sessions per tau; wall time is the median")
     parser.add_argument("--engine", choices=["hf", "vllm"], default=None, help="one engine (same as --engines X)")
     parser.add_argument("--engines", default="hf", help="comma-separated, run one after the other: hf,vllm")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
@@ -492,13 +540,17 @@ def main() -> None:
     if any(e not in LABELS for e in engines):
         parser.error(f"engines are {', '.join(LABELS)}")
 
-    runs = [run_engine(e, taus, args.turns, args.max_tokens, args.seed, args.ready_timeout) for e in engines]
+    runs = [
+        run_engine(e, taus, args.turns, args.max_tokens, args.seed, args.repeats, args.ready_timeout) for e in engines
+    ]
     summaries = {run.engine: summarize(run, args.turns) for run in runs if run.ok and run.rows}
     text = markdown(runs, summaries, args)
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
-        "config": {"taus": taus, "T": args.turns, "max_tokens": args.max_tokens, "seed": args.seed,
-                   "engines": engines, "command": " ".join(args.argv)},
+        "config": {
+            "taus": taus, "T": args.turns, "max_tokens": args.max_tokens, "seed": args.seed, "repeats": args.repeats,
+            "engines": engines, "command": " ".join(args.argv), "cpus": os.cpu_count(),
+        },
         "runs": [asdict(run) for run in runs],
         "summary": summaries,
     }

@@ -90,6 +90,10 @@ class AgentSession(Base):
     retrieval: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     tools: Mapped[list[Any]] = mapped_column(JSONB, nullable=False, default=list)
     sampling: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    # Sources whose derivations a sink policy keeps out of tool arguments (information-flow control, B8/B9).
+    flagged_sources: Mapped[list[str]] = mapped_column(
+        ARRAY(String(40)), nullable=False, default=list, server_default="{}"
+    )
     turns: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     token_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     created_at: Mapped[datetime] = _created_at()
@@ -106,6 +110,7 @@ class Artifact(Base):
         UniqueConstraint("session_id", "position"),
         CheckConstraint("token_start >= 0 AND token_end >= token_start", name="token_span"),
         Index("ix_artifacts_session_id_turn", "session_id", "turn"),
+        Index("ix_artifacts_source_ids", "source_ids", postgresql_using="gin"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -150,6 +155,32 @@ class Checkpoint(Base):
     env_snapshot_id: Mapped[str | None] = mapped_column(String(40))
     manifest_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
     created_at: Mapped[datetime] = _created_at()
+
+
+class EnvSnapshot(Base):
+    """The built-in tool environment's state at the end of a transition that changed it."""
+
+    __tablename__ = "env_snapshots"
+    __table_args__ = (UniqueConstraint("session_id", "turn"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
+    turn: Mapped[int] = mapped_column(Integer, nullable=False)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class ToolExecution(Base):
+    """A consequential tool call that fired. Never deleted by a forget: it happened; a replay reuses its result
+    instead of firing it again. A digest of the arguments only, so no forgotten text can hide here."""
+
+    __tablename__ = "tool_executions"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    call_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    arguments_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    executed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
 class MemoryRecord(Base):

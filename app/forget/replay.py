@@ -16,6 +16,7 @@ Nothing is written here: the caller swaps the result in, in one transaction (ser
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,9 @@ from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import log_entries, plan_records, stored_log
-from app.runtime.transition import Synced, Usage, advance, check_room, sampling_for, sync
+from app.runtime.tooling import ToolContext, advance_with_tools
+from app.runtime.tools import ToolCall, declared
+from app.runtime.transition import Synced, Usage, check_room, sampling_for, sync
 
 # Meta keys the runtime adds for itself; the rest came with the observation and is rendered again with it.
 _RUNTIME_META = frozenset({"chunks", "finish_reason"})
@@ -51,6 +54,19 @@ class Rebuilt:
     transitions: int = 0  # transitions recomputed (re-prefilled or regenerated)
     restored_from: Restore | None = None  # the checkpoint whose prefix was reused (None: nothing was)
     handle: CacheHandle | None = None
+    environments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (turn, state) snapshots
+    suppressed: list[ToolCall] = field(default_factory=list)  # consequential calls the replay did not fire
+    committed_dropped: list[ToolCall] = field(default_factory=list)  # fired calls the counterfactual no longer makes
+
+
+class NeedsInput(Exception):
+    """The counterfactual makes a read-only call the client must answer (the original made another): the job waits
+    for the client's result, then replays again with it."""
+
+    def __init__(self, session_id: str, call: ToolCall) -> None:
+        super().__init__(call.id)
+        self.session_id = session_id
+        self.call = call
 
 
 def entries_of(rows: Sequence[Artifact]) -> list[LogEntry]:
@@ -77,10 +93,11 @@ async def replay(
     restore: Restore,
     *,
     from_turn: int,
+    tools: ToolContext | None = None,
     cold: bool = False,
 ) -> Rebuilt:
-    """Rebuild transitions from_turn..T after restoring to `restore`. `cold`: ignore any cached state (the full
-    reset baseline), so nothing is reused."""
+    """Rebuild transitions from_turn..T after restoring to `restore`. `tools`: the session's tools with the
+    environment as it stood before from_turn. `cold`: ignore any cached state (the full reset baseline)."""
     chat = engine.chat
     out = Rebuilt(from_turn=from_turn, system_prompt=session.system_prompt, restored_from=None if cold else restore)
     kept = [r for r in rows if r.turn < from_turn]
@@ -107,10 +124,14 @@ async def replay(
         if row.turn >= from_turn:
             by_turn.setdefault(row.turn, []).append(row)
     out.transitions = session.turns - restore.turn
+    live_calls = {_call_id(r) for r in kept if r.kind == "tool_call"}
+    injected: list[Observation] = []  # the client's answers to calls the counterfactual makes anew
     for turn in range(from_turn, session.turns + 1):
         originals = by_turn.get(turn, [])
-        observed, keep_ids, edited = _sanitized(originals, located)
-        had_reply = any(r.kind in MODEL_KINDS for r in originals)
+        observed, keep_ids, edited = _sanitized(originals, located, live_calls, tools)
+        observed, keep_ids = [*injected, *observed], [*(None for _ in injected), *keep_ids]
+        injected = []
+        had_reply = any(r.kind in MODEL_KINDS and r.kind != "tool_call" for r in originals)
         blocks = [render(chat, o) for o in observed]
         if turn == 0:
             # The system block: written at creation without an engine call; it waits as pending tokens.
@@ -127,7 +148,12 @@ async def replay(
                 log_tokens = log[-1].token_end if log else 0
                 room = check_room(engine, log_tokens, sum(len(b.token_ids) for b in blocks), had_reply)
                 sampling = sampling_for(session.sampling, turn, room) if had_reply else None
-                outcome = await advance(engine, synced, blocks, sampling)
+                sources = frozenset(s for entry in log for s in entry.source_ids)
+                outcome, step = await advance_with_tools(engine, synced, blocks, sampling, tools, turn, sources)
+                live_calls.update(c.id for c in step.calls)
+                if tools is not None and step.env_changed:
+                    out.environments.append((turn, copy.deepcopy(tools.env)))
+                injected = _answers_needed(session, turn, step.pending, tools)
                 records = plan_records(
                     session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy,
                     keep_ids,
@@ -144,6 +170,13 @@ async def replay(
         out.edges.extend(records.edges)
         out.checkpoints.extend(marks)
         log.extend(log_entries(records.artifacts))
+    if tools is not None and tools.replay is not None:
+        out.suppressed = list(tools.replay.suppressed)
+        out.committed_dropped = [
+            ToolCall(_call_id(r), str((r.meta or {}).get("name", "")), {})
+            for r in rows
+            if r.turn >= from_turn and r.kind == "tool_call" and r.committed and _call_id(r) not in live_calls
+        ]
     if first_usage is None:  # every replayed transition was empty: only the restore computed anything
         out.prefilled += restore_prefilled
         out.reused = max(0, len(synced.handle.tokens) - restore_prefilled)
@@ -153,14 +186,46 @@ async def replay(
     return out
 
 
-def _sanitized(originals: Sequence[Artifact], located: Located) -> tuple[list[Observation], list[str | None], bool]:
+def _call_id(row: Artifact) -> str:
+    return str((row.meta or {}).get("tool_call_id", ""))
+
+
+def _answers_needed(
+    session: AgentSession, turn: int, pending: Sequence[ToolCall], tools: ToolContext | None
+) -> list[Observation]:
+    """For each client read-only call the counterfactual makes anew: the client's answer (provided to the job) as
+    an input of the next transition; without one, NeedsInput, unless nothing follows (the call then stays
+    pending in the session, as it would in the counterfactual)."""
+    if tools is None or tools.replay is None:
+        return []
+    answers: list[Observation] = []
+    for call in pending:
+        spec = declared(tools.tools, call.name)
+        if call.id in tools.replay.original_calls or spec is None or spec.get("kind") != "read_only":
+            continue
+        if call.id in tools.replay.provided:
+            answers.append(Observation("tool_result", tools.replay.provided[call.id], {"tool_call_id": call.id}))
+        elif turn < session.turns:
+            raise NeedsInput(session.id, call)
+    return answers
+
+
+def _sanitized(
+    originals: Sequence[Artifact], located: Located, live_calls: set[str], tools: ToolContext | None
+) -> tuple[list[Observation], list[str | None], bool]:
     """A transition's observations with the target removed; the ids they keep (None: a sanitized observation is a
-    new artifact); whether the forget touched any of them."""
+    new artifact); whether the forget touched any of them. Results the server's tools produced are not inputs
+    (the replayed reply's calls produce them again); a client's result for a call the counterfactual no longer
+    makes is dropped, as that client would never have sent it."""
     observed: list[Observation] = []
     keep_ids: list[str | None] = []
     edited = False
+    originals_calls = tools.replay.original_calls if tools is not None and tools.replay is not None else set()
     for row in originals:
-        if row.kind in MODEL_KINDS:
+        if row.kind in MODEL_KINDS or (row.meta or {}).get("server"):
+            continue
+        if row.kind == "tool_result" and _call_id(row) in originals_calls and _call_id(row) not in live_calls:
+            edited = True
             continue
         if row.id in located.edits:
             edited = True

@@ -28,11 +28,12 @@ from app.db.models import AgentSession, Artifact, ForgetJob
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.repositories import sessions as sessions_repo
+from app.db.repositories import tools as tools_repo
 from app.db.session import Database
 from app.embeddings import Embedder
-from app.errors import InvalidRequest, NotFound, NotReady, SessionBusy
+from app.errors import Conflict, InvalidRequest, NotFound, NotReady, SessionBusy
 from app.forget.plan import Restore, Tainted, closure, compute_cost, replies_in, restore_point, state_sha256
-from app.forget.replay import Rebuilt
+from app.forget.replay import NeedsInput, Rebuilt
 from app.forget.rewrite import Rewritten
 from app.forget.strategies import STRATEGIES, ForgetStrategy, SessionWork
 from app.forget.targets import Located, Target, locate_in
@@ -43,11 +44,12 @@ from app.observability.metrics import Metrics
 from app.runtime.blocks import MODEL_KINDS
 from app.runtime.handles import HandleRegistry
 from app.runtime.session import SessionService
+from app.runtime.tools import ToolCall
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MIN_SIMILARITY = 0.5
-TERMINAL = ("succeeded", "failed")
+TERMINAL = ("succeeded", "failed", "needs_input")  # needs_input: finished until the client answers
 
 
 class LeaseLost(Exception):
@@ -77,6 +79,7 @@ class JobView:
     memory: dict[str, Any] | None = None
     suppressed_side_effects: list[dict[str, Any]] = field(default_factory=list)
     committed_side_effects: list[dict[str, Any]] = field(default_factory=list)
+    pending: dict[str, Any] | None = None
     duration_ms: int | None = None
     error: str | None = None
     reason: str | None = None
@@ -100,6 +103,7 @@ def view_of(job: ForgetJob) -> JobView:
         memory=receipt.get("memory"),
         suppressed_side_effects=list(receipt.get("suppressed_side_effects", [])),
         committed_side_effects=list(receipt.get("committed_side_effects", [])),
+        pending=receipt.get("pending"),
         duration_ms=receipt.get("duration_ms"),
         error=job.error,
         reason=job.reason,
@@ -334,6 +338,8 @@ class ForgetService:
                     await self._forget_session(job, owner, target, strategy, session_id, receipt)
         except (Retry, LeaseLost):
             raise
+        except NeedsInput:
+            return await self._park(job, owner, receipt, started)
         except Exception as exc:
             log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__})
             return await self._finish(job, owner, target, strategy, receipt, started, error=_describe(exc))
@@ -354,16 +360,27 @@ class ForgetService:
                 strategy.check(located)
                 checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
                 work = SessionWork(
-                    self.slot.engine, self.handles, session, rows, located, tainted, checkpoints
+                    tx, self.slot.engine, self.handles, session, rows, located, tainted, checkpoints,
+                    provided=dict(receipt.get("inputs", {})),
                 )
                 change = await strategy.apply(work)
                 entry = await _swap(tx, session, rows, located, tainted, change)
+                if strategy.flags_sources:
+                    await sessions_repo.flag_sources(tx, session_id, located.sources)
+                if isinstance(change, Rebuilt):
+                    receipt["suppressed_side_effects"].extend(_effects(session_id, change.suppressed))
+                    receipt["committed_side_effects"].extend(_effects(session_id, change.committed_dropped))
                 if await jobs_repo.lock_owned(tx, job.id, owner) is None:
                     raise LeaseLost(job.id)
                 receipt["sessions"].append(entry)
                 await jobs_repo.save_receipt(tx, job.id, receipt)
         except SessionBusy:
             raise Retry(f"session {session_id} is busy") from None
+        except NeedsInput as wait:
+            self.handles.pop(session_id)
+            receipt["pending"] = {"session_id": wait.session_id, "tool_call": {
+                "id": wait.call.id, "name": wait.call.name, "arguments": wait.call.arguments}}
+            raise
         except NotFound:
             return  # the session was deleted meanwhile: nothing of it is left to forget
         except BaseException:
@@ -379,6 +396,8 @@ class ForgetService:
         started: float, *, error: str | None,
     ) -> JobView:
         status = "failed" if error is not None else "succeeded"
+        receipt.pop("inputs", None)  # the client's answers now live in the sessions, or nowhere
+        receipt.pop("pending", None)
         receipt["duration_ms"] = int((time.monotonic() - started) * 1000) + int(receipt.get("duration_ms") or 0)
         async with self.db.transaction() as tx:
             if await jobs_repo.lock_owned(tx, job.id, owner) is None:
@@ -397,6 +416,37 @@ class ForgetService:
                    "sessions": len(receipt["sessions"]), "duration_ms": receipt["duration_ms"]},
         )
         return view_of(row)
+
+    async def _park(self, job: ForgetJob, owner: str, receipt: dict[str, Any], started: float) -> JobView:
+        """needs_input: the sessions done so far stay done (their entries are saved); the job waits for the
+        client's answer to `receipt["pending"]`, then runs again (`provide`)."""
+        receipt["duration_ms"] = int((time.monotonic() - started) * 1000) + int(receipt.get("duration_ms") or 0)
+        async with self.db.transaction() as tx:
+            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                raise LeaseLost(job.id)
+            await jobs_repo.park(tx, job.id, receipt)
+            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+        assert row is not None
+        log.info("forget job needs input", extra={"forget_id": job.id})
+        return view_of(row)
+
+    async def provide(self, tenant_id: str, job_id: str, tool_call_id: str, content: str) -> JobView:
+        """The client's result for the call a needs_input job waits on; the job is queued again."""
+        async with self.db.transaction() as tx:
+            job = await jobs_repo.get(tx, tenant_id, job_id, for_update=True)
+            if job is None:
+                raise NotFound(f"no forget job {job_id!r}")
+            pending = (job.receipt or {}).get("pending")
+            if job.status != "needs_input" or pending is None:
+                raise Conflict(f"forget job {job_id!r} is {job.status}, not waiting for a tool result")
+            if pending["tool_call"]["id"] != tool_call_id:
+                raise InvalidRequest(f"the job waits for tool call {pending['tool_call']['id']!r}")
+            receipt = dict(job.receipt)
+            receipt["inputs"] = {**receipt.get("inputs", {}), tool_call_id: content}
+            receipt.pop("pending", None)
+            await jobs_repo.requeue_with(tx, job_id, receipt)
+        self.notify()
+        return await self.get(tenant_id, job_id)
 
     def _observe_session(self, strategy: str, entry: dict[str, Any]) -> None:
         tokens = entry["tokens"]
@@ -432,6 +482,9 @@ async def _swap(
     if isinstance(change, Rebuilt):
         await artifacts_repo.delete_from_turn(tx, session.id, change.from_turn)
         await sessions_repo.delete_checkpoints_from(tx, session.id, change.from_turn)
+        await tools_repo.delete_environments_from(tx, session.id, change.from_turn)
+        for turn, state in change.environments:
+            await tools_repo.save_environment(tx, session.id, turn, state)
         await artifacts_repo.insert_artifacts(tx, change.rows)
         await artifacts_repo.insert_edges(tx, change.edges)
         await sessions_repo.add_checkpoints(
@@ -497,6 +550,11 @@ def _planned(
             session.token_count - restore.token_offset, replies_in(after)
         )
     return entry
+
+
+def _effects(session_id: str, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """Side effects for a receipt: which call of which session, never its arguments (they may hold the target)."""
+    return [{"session_id": session_id, "tool_call_id": c.id, "name": c.name} for c in calls]
 
 
 def _describe(exc: BaseException) -> str:

@@ -9,7 +9,9 @@ and checkpoints) and returns one of three changes, which the service swaps in th
   the message and everything whose context reached it) and its baseline twin `sanitize_no_replay` (B4),
   `source_redaction` (B3: the source only, derived artifacts kept), `sanitized_rebuild` (B6: the text stripped from
   every artifact, the cache rebuilt); `forget_instruction` (B2) appends a message as a `Rebuilt` transition;
-- `None`: the session is left as it is: `no_forget` (B0) and `memory_delete` (B1: only the memory record goes).
+- `None`: the session is left as it is: `no_forget` (B0), `memory_delete` (B1: only the memory record goes) and
+  `ifc` (B8: the target's sources are flagged so a sink policy blocks consequential calls derived from them);
+  `ifc_replay` (B9) is selective replay plus that flag.
 
 The baselines exist for the evaluation harness: they leave the target in derived state by design, which is what the
 paper measures. Only `selective_replay`, `full_reset` and `delete_dependents` are forgetting in the product's sense.
@@ -18,10 +20,13 @@ paper measures. Only `selective_replay`, `full_reset` and `delete_dependents` ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.models import AgentSession, Artifact, Checkpoint
+from app.db.repositories import tools as tools_repo
 from app.engine.protocol import KVEngine
 from app.errors import InvalidRequest
 from app.forget.plan import Restore, Tainted, restore_point
@@ -29,12 +34,14 @@ from app.forget.replay import Rebuilt, replay
 from app.forget.rewrite import Rewritten, append_instruction, rewrite
 from app.forget.targets import Located, only_model_outputs
 from app.runtime.handles import HandleRegistry
+from app.runtime.tooling import ReplayTools, ToolContext
 
 Change = Rebuilt | Rewritten | None
 
 
 @dataclass(frozen=True)
 class SessionWork:
+    tx: AsyncSession  # the session's locked transaction: read what the strategy needs, write nothing
     engine: KVEngine
     handles: HandleRegistry
     session: AgentSession
@@ -42,12 +49,32 @@ class SessionWork:
     located: Located
     closure: list[Tainted]
     checkpoints: list[Checkpoint]
+    provided: dict[str, str] = field(default_factory=dict)  # the client's answers to calls a replay made anew
+
+    async def tools_before(self, turn: int) -> ToolContext | None:
+        """The session's tools for a replay from `turn`: the environment as snapshotted before it, the ledger of
+        fired calls, and the original run's results (A3: identical calls reuse them)."""
+        if not self.session.tools:
+            return None
+        _, env = await tools_repo.environment(self.tx, self.session.id, before_turn=turn)
+        fired = await tools_repo.fired(self.tx, self.session.id)
+        recorded = {
+            str(r.meta["tool_call_id"]): r.content
+            for r in self.rows
+            if r.kind == "tool_result" and (r.meta or {}).get("tool_call_id")
+        }
+        calls = {str(r.meta.get("tool_call_id")) for r in self.rows if r.kind == "tool_call" and r.meta}
+        replay = ReplayTools(recorded=recorded, original_calls=calls, provided=dict(self.provided))
+        return ToolContext(
+            self.session.id, self.session.tools, env, fired, frozenset(self.session.flagged_sources), replay
+        )
 
 
 class ForgetStrategy(Protocol):
     name: str
     replays: bool  # regenerates model outputs (needs a reply-capable engine and may take a while)
     forgets_memory: bool  # a memory target's record is tombstoned
+    flags_sources: bool  # the target's sources join the session's sink policy (information-flow control)
 
     def check(self, located: Located) -> None:
         """Refuse (InvalidRequest) a target this strategy cannot forget, before any job is queued."""
@@ -60,6 +87,7 @@ class _Base:
     name = ""
     replays = False
     forgets_memory = True
+    flags_sources = False
 
     def check(self, located: Located) -> None:
         return None
@@ -75,7 +103,10 @@ class SelectiveReplay(_Base):
     async def apply(self, work: SessionWork) -> Change:
         tau = work.located.tau
         restore = restore_point(work.checkpoints, work.rows, tau)
-        return await replay(work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=tau)
+        return await replay(
+            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=tau,
+            tools=await work.tools_before(tau),
+        )
 
 
 class FullReset(_Base):
@@ -92,7 +123,8 @@ class FullReset(_Base):
         system = [r for r in work.rows if r.turn == 0]
         restore = Restore(0, system[-1].token_end if system else 0, None) if from_turn == 1 else Restore(-1, 0, None)
         return await replay(
-            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=from_turn, cold=True
+            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=from_turn,
+            tools=await work.tools_before(from_turn), cold=True,
         )
 
 
@@ -157,6 +189,22 @@ class MemoryDelete(_Base):
         return None
 
 
+class SinkPolicy(_Base):
+    """B8, FIDES-style information-flow control: flag the target's sources so no consequential tool call whose
+    context holds them fires; the contaminated state itself is left as it is."""
+
+    name = "ifc"
+    flags_sources = True
+
+    async def apply(self, work: SessionWork) -> Change:
+        return None
+
+
+class SinkPolicyReplay(SelectiveReplay):
+    name = "ifc_replay"  # B9: the sink policy and selective replay together
+    flags_sources = True
+
+
 def _refuse_outputs_only(name: str, located: Located) -> None:
     if only_model_outputs(located):
         raise InvalidRequest(
@@ -170,6 +218,6 @@ STRATEGIES: Mapping[str, ForgetStrategy] = {
     s.name: s
     for s in (
         SelectiveReplay(), FullReset(), DeleteDependents(), SanitizeNoReplay(), SourceRedaction(),
-        SanitizedRebuild(), ForgetInstruction(), NoForget(), MemoryDelete(),
+        SanitizedRebuild(), ForgetInstruction(), NoForget(), MemoryDelete(), SinkPolicy(), SinkPolicyReplay(),
     )
 }

@@ -34,6 +34,7 @@ from app.engine.protocol import ChatTemplate
 ROLE_OF: Final[Mapping[str, str]] = {
     "system": "system",
     "memory": "system",
+    "instruction": "system",
     "user": "user",
     "document": "user",
     "tool_result": "tool",
@@ -43,7 +44,7 @@ MODEL_KINDS: Final[frozenset[str]] = frozenset({"assistant", "tool_call", "summa
 # Observations that inject outside content mid-session: the before_injections checkpoint policy keys on them.
 INJECTION_KINDS: Final[frozenset[str]] = frozenset({"document", "tool_result", "memory"})
 # Meta keys a client may see (the rest of `meta` is the runtime's own bookkeeping, e.g. the chunk recipe).
-PUBLIC_META: Final[tuple[str, ...]] = ("source", "tool_call_id", "namespace", "key", "version")
+PUBLIC_META: Final[tuple[str, ...]] = ("source", "tool_call_id", "namespace", "key", "version", "name")
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,14 @@ class TransitionRecords:
 
     @property
     def input_ids(self) -> list[str]:
-        return [a["id"] for a in self.artifacts if a["kind"] not in MODEL_KINDS]
+        """The transition's inputs: observations the client sent (not results the server's tools produced)."""
+        return [a["id"] for a in self.artifacts if a["kind"] not in MODEL_KINDS and not a["meta"].get("server")]
 
     @property
     def reply(self) -> dict[str, Any] | None:
-        return next((a for a in reversed(self.artifacts) if a["kind"] in MODEL_KINDS), None)
+        """The model's text output (its tool calls, also model outputs, are listed with it, not instead of it)."""
+        texts = (a for a in reversed(self.artifacts) if a["kind"] in MODEL_KINDS and a["kind"] != "tool_call")
+        return next(texts, None)
 
 
 def stored_log(log: Sequence[LogEntry]) -> StoredLog:
@@ -74,6 +77,7 @@ def plan_records(
     for index, block in enumerate(blocks):
         artifact_id = (keep_ids[index] if index < len(keep_ids) else None) or new_id("art")
         meta = dict(block.meta)
+        committed = bool(meta.pop("committed", False))  # a consequential tool call whose side effect fired
         if block.kind in MODEL_KINDS:
             parents = policy.reply_parents(prefix, added)
             sources = union_sources(parents)
@@ -99,7 +103,7 @@ def plan_records(
             "token_end": end,
             "token_ids": list(block.token_ids),
             "source_ids": sources,
-            "committed": False,  # true only for tool calls whose side effect fired (the tools issue)
+            "committed": committed,
             "meta": meta,
         })
         node = Node(artifact_id, block.kind, tuple(sources))

@@ -14,6 +14,7 @@ is the t-th POST of turns.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,9 +26,10 @@ from app.container import EngineSlot
 from app.db.models import AgentSession, Artifact
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
+from app.db.repositories import tools as tools_repo
 from app.db.session import Database
 from app.engine.protocol import KVEngine
-from app.errors import NotFound, NotReady, SessionBusy
+from app.errors import InvalidRequest, NotFound, NotReady, SessionBusy
 from app.ids import new_id
 from app.memory import repository as memory_repo
 from app.provenance import graph
@@ -35,7 +37,10 @@ from app.runtime import checkpoints
 from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, plan_records, stored_log
-from app.runtime.transition import Outcome, Usage, advance, check_room, rewind, sampling_for, sync
+from app.runtime.tooling import ToolContext, ToolStep, advance_with_tools
+from app.runtime.tools import ToolCall
+from app.runtime.tools import preamble as tool_preamble
+from app.runtime.transition import Outcome, Usage, check_room, rewind, sampling_for, sync
 
 MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
 DEFAULT_LOCK_TIMEOUT_S = 30.0  # longer than a typical turn, so turns queued behind one another do not fail
@@ -56,6 +61,7 @@ class SessionConfig:
 class SessionView:
     row: AgentSession
     status: str
+    pending: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class TurnResult:
     reply_content: str | None
     usage: Usage
     finish_reason: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 class SessionService:
@@ -100,6 +107,8 @@ class SessionService:
         blocks: list[Block] = []
         if config.system_prompt is not None:
             blocks.append(render(self._engine().chat, Observation("system", config.system_prompt)))
+        if config.tools:
+            blocks.append(render(self._engine().chat, Observation("instruction", tool_preamble(config.tools))))
         session_id = new_id("ses")
         async with self.db.transaction() as tx:
             if config.memory_namespace is not None:
@@ -139,7 +148,8 @@ class SessionService:
             status = row.status
             if status == "idle" and await sessions_repo.is_locked(tx, tenant_id, session_id):
                 status = "running"
-        return SessionView(row, status)
+            pending = await artifacts_repo.pending_calls(tx, session_id) if row.tools else []
+        return SessionView(row, status, [c for a in pending for c in parse_calls_json(a.content)])
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
         async with self._queued(session_id) as deadline, self.db.transaction() as tx:
@@ -207,28 +217,64 @@ class SessionService:
         async with self._queued(session_id) as deadline, self.db.transaction() as tx:
             row = await self._lock(tx, tenant_id, session_id, deadline)
             turn = row.turns + 1
+            answered = await self._check_tool_results(tx, row, observations)
             log = await artifacts_repo.load_log(tx, session_id)
+            step = ToolStep()
             if engine is None:
                 outcome = None
                 records = plan_records(tenant_id, session_id, turn, log, [], None, row.context_policy)
                 await self._write(tx, row, turn, records)
             else:
-                outcome, records = await self._run(tx, engine, row, turn, log, blocks, generate)
-        return _result(turn, row.epoch, records, outcome)
+                outcome, records, step = await self._run(tx, engine, row, turn, log, blocks, generate)
+            await self._commit_client_calls(tx, row, answered)
+        return _result(turn, row.epoch, records, outcome, step.calls)
+
+    async def _check_tool_results(
+        self, tx: AsyncSession, row: AgentSession, observations: Sequence[Observation]
+    ) -> list[str]:
+        """In a session with tools, a tool_result must answer one of its pending calls (422 otherwise); returns the
+        ids answered. A session without tools takes any tool_result: the client runs its own tool loop."""
+        ids = [o.meta.get("tool_call_id", "") for o in observations if o.kind == "tool_result"]
+        if not row.tools or not ids:
+            return []
+        pending = {(a.meta or {}).get("tool_call_id") for a in await artifacts_repo.pending_calls(tx, row.id)}
+        unknown = [i for i in ids if i not in pending]
+        if unknown or len(set(ids)) != len(ids):
+            raise InvalidRequest(f"tool_result answers no pending tool call of this session: {sorted(set(unknown))}")
+        return ids
+
+    async def _commit_client_calls(self, tx: AsyncSession, row: AgentSession, answered: list[str]) -> None:
+        """A client's answer to a consequential call of its own is the call having fired: mark it and record it in
+        the ledger, so a replay never asks for it again."""
+        consequential = {t["name"] for t in row.tools if t.get("kind") == "consequential" and not t.get("builtin")}
+        calls = [
+            ToolCall(str(a.meta["tool_call_id"]), a.meta.get("name", ""), {})
+            for a in await artifacts_repo.tool_calls(tx, row.id, answered)
+            if (a.meta or {}).get("name") in consequential
+        ]
+        if calls:
+            await artifacts_repo.mark_committed(tx, row.id, [c.id for c in calls])
+            await tools_repo.record_fired(tx, row.id, calls)
 
     async def _run(
         self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
         blocks: list[Block], generate: bool,
-    ) -> tuple[Outcome, TransitionRecords]:
+    ) -> tuple[Outcome, TransitionRecords, ToolStep]:
         stored = stored_log(log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
         sampling = sampling_for(row.sampling, turn, room) if generate else None
         synced = await sync(engine, self.handles.get(row.id), row.id, row.tenant_id, stored)
         self.handles.put(row.id, synced.handle)
         try:
-            outcome = await advance(engine, synced, blocks, sampling)
+            tools = await self._tool_context(tx, row)
+            sources = frozenset(s for entry in log for s in entry.source_ids)
+            outcome, step = await advance_with_tools(engine, synced, blocks, sampling, tools, turn, sources)
             records = plan_records(row.tenant_id, row.id, turn, log, outcome.blocks, outcome, row.context_policy)
             await self._write(tx, row, turn, records)
+            if tools is not None:
+                await tools_repo.record_fired(tx, row.id, step.fired_now)
+                if step.env_changed:
+                    await tools_repo.save_environment(tx, row.id, turn, tools.env)
         except BaseException:
             # Nothing of the transition is written; crop the handle back while the row lock still keeps every other
             # turn of this session away from it. (A failed commit after this point leaves the handle ahead of the
@@ -238,7 +284,14 @@ class SessionService:
             except Exception:
                 self.handles.pop(row.id)  # a handle in doubt is dropped; the next turn rebuilds from the database
             raise
-        return outcome, records
+        return outcome, records, step
+
+    async def _tool_context(self, tx: AsyncSession, row: AgentSession) -> ToolContext | None:
+        if not row.tools:
+            return None
+        _, env = await tools_repo.environment(tx, row.id)
+        fired = await tools_repo.fired(tx, row.id)
+        return ToolContext(row.id, row.tools, env, fired, frozenset(row.flagged_sources))
 
     async def _write(self, tx: AsyncSession, row: AgentSession, turn: int, records: TransitionRecords) -> None:
         await artifacts_repo.insert_artifacts(tx, records.artifacts)
@@ -280,7 +333,18 @@ def _rows(marks: list[checkpoints.Boundary]) -> list[tuple[int, int, str]]:
     return [(b.turn, b.token_offset, b.manifest_sha256) for b in marks]
 
 
-def _result(turn: int, epoch: int, records: TransitionRecords, outcome: Outcome | None) -> TurnResult:
+def parse_calls_json(content: str) -> list[ToolCall]:
+    """A stored tool_call artifact's call (its content is the call as JSON)."""
+    try:
+        body = json.loads(content)
+        return [ToolCall(str(body["id"]), str(body["name"]), dict(body.get("arguments") or {}))]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def _result(
+    turn: int, epoch: int, records: TransitionRecords, outcome: Outcome | None, calls: list[ToolCall]
+) -> TurnResult:
     reply = records.reply
     return TurnResult(
         turn=turn,
@@ -290,4 +354,5 @@ def _result(turn: int, epoch: int, records: TransitionRecords, outcome: Outcome 
         reply_content=None if reply is None else reply["content"],
         usage=Usage(0, 0, 0, 0, 0) if outcome is None else outcome.usage,
         finish_reason=None if outcome is None else outcome.finish_reason,
+        tool_calls=calls,
     )

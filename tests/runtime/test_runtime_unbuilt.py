@@ -10,7 +10,6 @@ import pytest
     ("option", "word"),
     [
         ({"context_policy": "retrieval"}, "retrieval"),
-        ({"tools": [{"name": "get_balance", "kind": "read_only"}]}, "tools"),
     ],
 )
 def test_unbuilt_session_options_answer_501(client: httpx.Client, option: dict[str, object], word: str) -> None:

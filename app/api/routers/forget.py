@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.problems import problem_doc
-from app.api.schemas.forget import ForgetJobOut, ForgetRequest
+from app.api.schemas.forget import ForgetJobOut, ForgetRequest, ToolResultForJob
 from app.forget.service import ForgetService, JobView, Submission
 from app.forget.wiring import forget_service
 
@@ -54,3 +54,15 @@ async def create_forget(
 @router.get("/{id}", response_model=ForgetJobOut, summary="A forget job and its receipt")
 async def get_forget_job(id: str, principal: PrincipalDep, forget: ForgetDep) -> ForgetJobOut:
     return job_out(await forget.get(principal.tenant_id, id))
+
+
+@router.post(
+    "/{id}/tool_results",
+    response_model=ForgetJobOut,
+    summary="Answer the tool call a needs_input job waits on; the job resumes",
+    responses={409: problem_doc("The job is not waiting for a tool result")},
+)
+async def provide_tool_result(
+    id: str, body: ToolResultForJob, principal: PrincipalDep, forget: ForgetDep
+) -> ForgetJobOut:
+    return job_out(await forget.provide(principal.tenant_id, id, body.tool_call_id, body.content))

@@ -20,6 +20,7 @@ from app.api.schemas.sessions import (
     SamplingConfig,
     SessionCreate,
     SessionOut,
+    ToolCallOut,
     ToolResultInput,
     ToolSpec,
     TurnInput,
@@ -27,9 +28,10 @@ from app.api.schemas.sessions import (
     TurnRequest,
     UsageOut,
 )
-from app.errors import NotImplementedYet
+from app.errors import InvalidRequest, NotImplementedYet
 from app.runtime.blocks import Observation
 from app.runtime.session import ArtifactView, SessionConfig, SessionService, SessionView
+from app.runtime.tools import normalize as normalize_tools
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -60,7 +62,7 @@ def _session_out(view: SessionView) -> SessionOut:
         status=view.status,
         turns=row.turns,
         token_count=row.token_count,
-        pending_tool_calls=[],
+        pending_tool_calls=[ToolCallOut(id=c.id, name=c.name, arguments=c.arguments) for c in view.pending],
         system_prompt=row.system_prompt,
         memory_namespace=row.memory_namespace,
         context_policy=row.context_policy,
@@ -100,17 +102,22 @@ def _observation(item: TurnInput) -> Observation:
     return Observation("user", item.content)
 
 
+def _tools(specs: list[ToolSpec]) -> list[dict[str, Any]]:
+    try:
+        return normalize_tools([t.model_dump() for t in specs])
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
 def _reject_unbuilt(body: SessionCreate) -> None:
     """Options the runtime does not honour yet answer 501 rather than being accepted and silently ignored."""
     if body.context_policy == "retrieval":
         raise NotImplementedYet("the retrieval context policy is not built yet; use context_policy: full")
-    if body.tools:
-        raise NotImplementedYet("session tools are not built yet; omit tools")
 
 
 @router.post(
     "", status_code=201, response_model=SessionOut, summary="Create a session",
-    responses={501: problem_doc("An option that is not built yet (retrieval policy, tools)")},
+    responses={501: problem_doc("An option that is not built yet (the retrieval policy)")},
 )
 async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
     _reject_unbuilt(body)
@@ -120,7 +127,7 @@ async def create_session(body: SessionCreate, principal: PrincipalDep, sessions:
         context_policy=body.context_policy,
         retrieval=body.retrieval.model_dump(),
         checkpoint_policy=body.checkpoint_policy,
-        tools=[t.model_dump() for t in body.tools],
+        tools=_tools(body.tools),
         sampling=body.sampling.model_dump(),
     )
     return _session_out(await sessions.create(principal.tenant_id, config))
@@ -150,7 +157,7 @@ async def post_turn(id: str, body: TurnRequest, principal: PrincipalDep, session
         reply = ReplyOut(
             artifact_id=result.reply_id,
             content=result.reply_content or "",
-            tool_calls=[],
+            tool_calls=[ToolCallOut(id=c.id, name=c.name, arguments=c.arguments) for c in result.tool_calls],
             finish_reason=result.finish_reason,
         )
     return TurnOut(

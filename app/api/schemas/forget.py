@@ -11,7 +11,7 @@ from app.api.schemas.common import RequestModel
 
 Strategy = Literal[
     "selective_replay", "full_reset", "delete_dependents", "no_forget", "memory_delete", "forget_instruction",
-    "source_redaction", "sanitize_no_replay", "sanitized_rebuild",
+    "source_redaction", "sanitize_no_replay", "sanitized_rebuild", "ifc", "ifc_replay",
 ]
 
 
@@ -93,6 +93,11 @@ class MemoryReceipt(BaseModel):
     tombstone_version: int | None
 
 
+class PendingCall(BaseModel):
+    session_id: str
+    tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
+
+
 class ForgetJobOut(BaseModel):
     id: str
     status: Literal["queued", "running", "succeeded", "failed", "needs_input"]
@@ -106,6 +111,7 @@ class ForgetJobOut(BaseModel):
     memory: MemoryReceipt | None = None
     suppressed_side_effects: list[dict[str, Any]] = Field(default_factory=list)
     committed_side_effects: list[dict[str, Any]] = Field(default_factory=list)
+    pending: PendingCall | None = Field(default=None, description="What a `needs_input` job waits for")
     duration_ms: int | None = None
     error: str | None = None
     created_at: datetime | None = None
@@ -122,3 +128,10 @@ class DetectorWebhook(RequestModel):
 
 class WebhookAccepted(BaseModel):
     forget_id: str
+
+
+class ToolResultForJob(RequestModel):
+    """The client's answer to the tool call a `needs_input` job waits on."""
+
+    tool_call_id: str = Field(min_length=1, max_length=64)
+    content: str = Field(max_length=200_000)

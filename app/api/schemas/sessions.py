@@ -20,7 +20,14 @@ class ToolSpec(RequestModel):
     name: Name
     description: str = Field(default="", max_length=4000)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    kind: Literal["read_only", "consequential"] = "read_only"
+    kind: Literal["read_only", "consequential"] | None = Field(
+        default=None, description="Unset: a built-in's own kind, else read_only"
+    )
+    builtin: bool = Field(
+        default=False,
+        description="Executed by the server against the session's environment (get_balance, list_transfers, "
+        "transfer, list_events, add_event); otherwise the client answers the call with a tool_result",
+    )
 
 
 class SamplingConfig(RequestModel):

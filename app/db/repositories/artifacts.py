@@ -245,3 +245,47 @@ async def similar_observations(
         .order_by(distance)
     )
     return list((await db.execute(stmt)).scalars())
+
+
+async def pending_calls(db: AsyncSession, session_id: str) -> list[Artifact]:
+    """tool_call artifacts no tool_result answers yet, in log order."""
+    answer = Artifact.__table__.alias("answer")
+    answered = (
+        select(answer.c.id)
+        .where(
+            answer.c.session_id == Artifact.session_id,
+            answer.c.kind == "tool_result",
+            answer.c.meta["tool_call_id"].astext == Artifact.meta["tool_call_id"].astext,
+        )
+        .exists()
+    )
+    stmt = (
+        select(Artifact)
+        .where(Artifact.session_id == session_id, Artifact.kind == "tool_call", ~answered)
+        .order_by(Artifact.position)
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def mark_committed(db: AsyncSession, session_id: str, call_ids: Sequence[str]) -> None:
+    if call_ids:
+        await db.execute(
+            update(Artifact)
+            .where(
+                Artifact.session_id == session_id,
+                Artifact.kind == "tool_call",
+                Artifact.meta["tool_call_id"].astext.in_(list(call_ids)),
+            )
+            .values(committed=True)
+        )
+
+
+async def tool_calls(db: AsyncSession, session_id: str, call_ids: Sequence[str]) -> list[Artifact]:
+    if not call_ids:
+        return []
+    stmt = select(Artifact).where(
+        Artifact.session_id == session_id,
+        Artifact.kind == "tool_call",
+        Artifact.meta["tool_call_id"].astext.in_(list(call_ids)),
+    )
+    return list((await db.execute(stmt)).scalars())

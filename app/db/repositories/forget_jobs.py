@@ -26,8 +26,10 @@ async def create(db: AsyncSession, **values: Any) -> ForgetJob:
     return row
 
 
-async def get(db: AsyncSession, tenant_id: str, job_id: str) -> ForgetJob | None:
+async def get(db: AsyncSession, tenant_id: str, job_id: str, *, for_update: bool = False) -> ForgetJob | None:
     stmt = select(ForgetJob).where(ForgetJob.id == job_id, ForgetJob.tenant_id == tenant_id)
+    if for_update:
+        stmt = stmt.with_for_update()
     return (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
 
 
@@ -129,6 +131,19 @@ async def finish(
             lease_owner=None, lease_expires_at=None,
         )
     )
+
+
+async def park(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
+    """needs_input: released from its worker, waiting for the client."""
+    await db.execute(
+        update(ForgetJob)
+        .where(ForgetJob.id == job_id)
+        .values(status="needs_input", receipt=receipt, lease_owner=None, lease_expires_at=None)
+    )
+
+
+async def requeue_with(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(status="queued", receipt=receipt))
 
 
 async def save_receipt(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:

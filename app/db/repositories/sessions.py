@@ -127,3 +127,12 @@ async def tenant_of(db: AsyncSession, session_id: str) -> str | None:
     is checked against that tenant's secret before anything else is read or done."""
     stmt = select(AgentSession.tenant_id).where(AgentSession.id == session_id)
     return (await db.execute(stmt)).scalar_one_or_none()
+
+
+async def flag_sources(db: AsyncSession, session_id: str, sources: Sequence[str]) -> None:
+    """Add sources to the session's sink policy (their derivations may not reach a consequential tool call)."""
+    await db.execute(
+        update(AgentSession)
+        .where(AgentSession.id == session_id)
+        .values(flagged_sources=func.array_cat(AgentSession.flagged_sources, list(sources)))
+    )

@@ -1,0 +1,56 @@
+"""SQL for the built-in tool environment's snapshots and the ledger of fired consequential calls."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import EnvSnapshot, ToolExecution
+from app.ids import new_id
+from app.runtime.tools import INITIAL_STATE, ToolCall
+
+
+async def environment(
+    db: AsyncSession, session_id: str, *, before_turn: int | None = None
+) -> tuple[str | None, dict[str, Any]]:
+    """(snapshot id, state) of the latest snapshot (before `before_turn` when given); the initial state if none."""
+    stmt = select(EnvSnapshot).where(EnvSnapshot.session_id == session_id)
+    if before_turn is not None:
+        stmt = stmt.where(EnvSnapshot.turn < before_turn)
+    row = (await db.execute(stmt.order_by(EnvSnapshot.turn.desc()).limit(1))).scalar_one_or_none()
+    if row is None:
+        return None, copy.deepcopy(INITIAL_STATE)
+    return row.id, copy.deepcopy(row.state)
+
+
+async def save_environment(db: AsyncSession, session_id: str, turn: int, state: dict[str, Any]) -> str:
+    snapshot_id = new_id("env")
+    await db.execute(
+        insert(EnvSnapshot)
+        .values(id=snapshot_id, session_id=session_id, turn=turn, state=state)
+        .on_conflict_do_update(index_elements=["session_id", "turn"], set_={"state": state, "id": snapshot_id})
+    )
+    return snapshot_id
+
+
+async def delete_environments_from(db: AsyncSession, session_id: str, turn: int) -> None:
+    await db.execute(delete(EnvSnapshot).where(EnvSnapshot.session_id == session_id, EnvSnapshot.turn >= turn))
+
+
+async def fired(db: AsyncSession, session_id: str) -> set[str]:
+    stmt = select(ToolExecution.call_id).where(ToolExecution.session_id == session_id)
+    return set((await db.execute(stmt)).scalars())
+
+
+async def record_fired(db: AsyncSession, session_id: str, calls: Sequence[ToolCall]) -> None:
+    if calls:
+        rows = [
+            {"session_id": session_id, "call_id": c.id, "name": c.name, "arguments_sha256": c.arguments_sha256}
+            for c in calls
+        ]
+        await db.execute(insert(ToolExecution).values(rows).on_conflict_do_nothing())
