@@ -244,6 +244,7 @@ class Row:
     saving: float  # full reset recomputed / selective replay recomputed
     load_1min: list[float]  # the machine's 1-minute load average as each pair started (2 CPUs: 2.0 is busy)
     first_difference: str | None = None
+    server: int = 1  # which server of the run measured it (a later one after a restart)
 
 
 @dataclass
@@ -251,6 +252,7 @@ class EngineRun:
     engine: str
     ok: bool
     error: str | None = None
+    errors: list[str] = field(default_factory=list)  # one per server that failed
     startup_s: float = 0.0
     total_s: float = 0.0
     rows: list[Row] = field(default_factory=list)
@@ -280,42 +282,51 @@ def measure(job: dict[str, Any], client_s: float) -> Measure:
 
 
 def run_engine(
-    engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, repeats: int, ready_s: float
+    engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, repeats: int, ready_s: float, restarts: int
 ) -> EngineRun:
+    """Every tau on one server; a server that dies or errs mid-run (a shared machine) is replaced by a fresh one, up
+    to `restarts` times, which goes on from the first tau not yet measured (each server warms up first)."""
     out = EngineRun(engine, ok=False)
     start = time.monotonic()
     sampling = {"temperature": 0, "max_tokens": max_tokens, "seed": seed}
-    try:
-        with serve(engine, ready_s) as server:
-            out.startup_s = server.started_s
-            print(f"[{engine}] ready after {server.started_s:.1f}s", flush=True)
-            keys = {m: server.tenant_key(f"bench-{m}") for m in METHODS}
-            warm_up(server, sampling)
-            clients = {
-                m: httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {k}"}, timeout=600)
-                for m, k in keys.items()
-            }
-            try:
-                for i, tau in enumerate(taus):
-                    out.rows.append(one_tau(engine, clients, tau, turns, sampling, METHODS[i % 2], repeats))
-                    r = out.rows[-1]
-                    sel, full = r.methods["selective_replay"], r.methods["full_reset"]
-                    print(
-                        f"[{engine}] tau={tau:>2}: selective {sel.recomputed} tok {sel.duration_ms:.0f} ms | "
-                        f"full_reset {full.recomputed} tok (reused {full.reused}) {full.duration_ms:.0f} ms | "
-                        f"saving {r.saving:.2f}x | equal {'yes' if r.equal else 'no'}",
-                        flush=True,
-                    )
-            finally:
-                for c in clients.values():
-                    c.close()
-            errors = [line for line in server.log.read_text(errors="replace").splitlines() if '"error"' in line]
-            if errors:
-                print(f"[{engine}] server logged {len(errors)} error lines, first: {errors[0][:400]}")
-        out.ok = True
-    except (RuntimeError, httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
-        out.error = f"{type(exc).__name__}: {exc}"
-        print(f"[{engine}] FAILED: {out.error}", flush=True)
+    for attempt in range(restarts + 1):
+        done = {r.tau for r in out.rows}
+        todo = [(i, tau) for i, tau in enumerate(taus) if tau not in done]
+        try:
+            with serve(engine, ready_s) as server:
+                out.startup_s = out.startup_s or server.started_s
+                print(f"[{engine}] server {attempt + 1} ready after {server.started_s:.1f}s", flush=True)
+                keys = {m: server.tenant_key(f"bench-{m}") for m in METHODS}
+                warm_up(server, sampling)
+                with contextlib.ExitStack() as stack:
+                    clients = {
+                        m: stack.enter_context(
+                            httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {k}"}, timeout=600)
+                        )
+                        for m, k in keys.items()
+                    }
+                    for i, tau in todo:
+                        row = one_tau(engine, clients, tau, turns, sampling, METHODS[i % 2], repeats)
+                        row.server = attempt + 1
+                        out.rows.append(row)
+                        sel, full = row.methods["selective_replay"], row.methods["full_reset"]
+                        print(
+                            f"[{engine}] tau={tau:>2}: selective {sel.recomputed} tok {sel.duration_ms:.0f} ms | "
+                            f"full_reset {full.recomputed} tok (reused {full.reused}) {full.duration_ms:.0f} ms | "
+                            f"saving {row.saving:.2f}x | equal {'yes' if row.equal else 'no'}",
+                            flush=True,
+                        )
+                log_text = server.log.read_text(errors="replace").splitlines()
+                errors = [line for line in log_text if '"error"' in line]
+                if errors:
+                    print(f"[{engine}] server logged {len(errors)} error lines, first: {errors[0][:400]}")
+            out.ok = True
+            break
+        except (RuntimeError, httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
+            out.errors.append(f"server {attempt + 1}: {type(exc).__name__}: {exc}")
+            print(f"[{engine}] server {attempt + 1} FAILED: {out.errors[-1][:3000]}", flush=True)
+    out.error = None if out.ok else out.errors[-1][:3000]
+    out.rows.sort(key=lambda r: r.tau)
     out.total_s = time.monotonic() - start
     return out
 
@@ -449,9 +460,11 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
     ]
     for run in runs:
         if not run.ok:
-            lines.append(f"- **{run.engine}: failed** after {run.total_s:.0f} s: {run.error}")
+            lines.append(f"- **{run.engine}: failed** after {run.total_s:.0f} s ({len(run.rows)} τ measured)")
         else:
             lines.append(f"- {run.engine}: server ready in {run.startup_s:.0f} s, whole run {run.total_s:.0f} s")
+        for error in run.errors:
+            lines.append(f"  - {run.engine} {error[:600]}".replace("\n", " "))
     lines += [
         "",
         "| τ | T-τ+1 | engine | B7 recomputed | B7 reused | B7 ms | B7 replayed | full reset | recomputed | reused "
@@ -475,7 +488,7 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
-        if not run.ok or not run.rows:
+        if run.engine not in summaries:
             continue
         for m in METHODS:
             t, w = summaries[run.engine]["fits"][m]["tokens"], summaries[run.engine]["fits"][m]["wall_ms"]
@@ -493,7 +506,7 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
-        if not run.ok or not run.rows:
+        if run.engine not in summaries:
             continue
         for name, s in summaries[run.engine]["savings"].items():
             if s is None:
@@ -529,6 +542,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="pairs of sessions per tau; wall time is the median")
     parser.add_argument("--engine", choices=["hf", "vllm"], default=None, help="one engine (same as --engines X)")
     parser.add_argument("--engines", default="hf", help="comma-separated, run one after the other: hf,vllm")
+    parser.add_argument("--restarts", type=int, default=2, help="fresh servers allowed after one dies mid-run")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where forget_bench.json / .md go")
     args = parser.parse_args()
@@ -541,9 +555,10 @@ def main() -> None:
         parser.error(f"engines are {', '.join(LABELS)}")
 
     runs = [
-        run_engine(e, taus, args.turns, args.max_tokens, args.seed, args.repeats, args.ready_timeout) for e in engines
+        run_engine(e, taus, args.turns, args.max_tokens, args.seed, args.repeats, args.ready_timeout, args.restarts)
+        for e in engines
     ]
-    summaries = {run.engine: summarize(run, args.turns) for run in runs if run.ok and run.rows}
+    summaries = {run.engine: summarize(run, args.turns) for run in runs if run.rows}
     text = markdown(runs, summaries, args)
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {

@@ -417,6 +417,12 @@ class ForgetService:
         )
         return view_of(row)
 
+    async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
+        """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""
+        target, strategy = Target.from_dict(job.target), STRATEGIES[job.strategy]
+        receipt = dict(job.receipt or {})
+        return await self._finish(job, owner, target, strategy, receipt, time.monotonic(), error=why)
+
     async def _park(self, job: ForgetJob, owner: str, receipt: dict[str, Any], started: float) -> JobView:
         """needs_input: the sessions done so far stay done (their entries are saved); the job waits for the
         client's answer to `receipt["pending"]`, then runs again (`provide`)."""

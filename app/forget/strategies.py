@@ -195,6 +195,7 @@ class SinkPolicy(_Base):
 
     name = "ifc"
     flags_sources = True
+    forgets_memory = False
 
     async def apply(self, work: SessionWork) -> Change:
         return None

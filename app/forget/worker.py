@@ -79,11 +79,12 @@ class ForgetWorker:
         try:
             await self.service().execute(job, self.owner)
         except Retry as why:
+            if job.attempts >= MAX_ATTEMPTS:
+                await self.service().give_up(job, self.owner, f"gave up after {job.attempts} attempts: {why}")
+                return
             log.info("forget job requeued", extra={"forget_id": job.id, "why": str(why)})
             async with self.db.transaction() as tx:
                 await jobs_repo.requeue(tx, job.id, self.owner)
-            if job.attempts >= MAX_ATTEMPTS:
-                log.warning("forget job keeps being requeued", extra={"forget_id": job.id, "attempts": job.attempts})
             await asyncio.sleep(min(5.0, 0.2 * job.attempts))  # back off; the session's turn will end
         except LeaseLost:
             log.warning("forget job lease lost; another worker owns it now", extra={"forget_id": job.id})

@@ -3,10 +3,6 @@ one session serialize; a job survives the death of the process running it."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,9 +11,9 @@ from typing import Any
 import httpx
 
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, wait_job
-from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, ROOT, free_port, sql
+from tests.processes import ServeProcess
+from tests.support import BOOTSTRAP_KEY, sql
 
-LETHE = [str(ROOT / ".venv/bin/lethe")] if (ROOT / ".venv/bin/lethe").exists() else [sys.executable, "-m", "app"]
 SLOW = {"temperature": 0, "max_tokens": 32, "seed": 5}
 SECRET = "passport X1234567"
 
@@ -78,50 +74,6 @@ def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
     after = artifacts(client, session_id)
     assert shape(after) == shape(artifacts(client, reference_id))
     assert_tiles(after)
-
-
-class ServeProcess:
-    """`lethe serve` in its own process on the test database, so it can be killed like a crashed server."""
-
-    def __init__(self, database_url: str, data_dir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "LETHE_DATABASE_URL": database_url,
-            "LETHE_DATA_DIR": str(data_dir),
-            "LETHE_MODEL_CACHE_DIR": str(MODEL_CACHE),
-            "LETHE_PORT": str(self.port),
-            "LETHE_BOOTSTRAP_API_KEY": BOOTSTRAP_KEY,
-            "LETHE_FORGET_LEASE_S": "2",
-            "LETHE_FORGET_POLL_S": "0.2",
-            "LETHE_LOG_LEVEL": "WARNING",
-        }
-        self.proc = subprocess.Popen(
-            [*LETHE, "serve"], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-
-    def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "the server exited"
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("the server did not become ready")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
 
 
 def test_a_job_survives_a_crash_mid_replay(client: httpx.Client, database_url: str, tmp_path: Path) -> None:

@@ -12,12 +12,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 
 from tests.memory.memory_helpers import create
+from tests.processes import ServeProcess
 from tests.support import problem
 
 
@@ -204,6 +206,23 @@ def check_history(ops: list[Op]) -> dict[str, int]:
 def test_randomized_writers_and_forgetters_never_resurrect(
     client: httpx.Client, api_key: str, ns: str, live_server: Any
 ) -> None:
+    _randomized(client, api_key, ns, [live_server.base_url])
+
+
+def test_randomized_across_two_api_processes(
+    client: httpx.Client, api_key: str, ns: str, live_server: Any, database_url: str, tmp_path: Path
+) -> None:
+    """The same check with half the clients on a second `lethe serve` process over the same database: the barrier
+    is PostgreSQL's, not a process's."""
+    second = ServeProcess(database_url, tmp_path)
+    try:
+        second.wait_ready()
+        _randomized(client, api_key, ns, [live_server.base_url, second.url])
+    finally:
+        second.stop()
+
+
+def _randomized(client: httpx.Client, api_key: str, ns: str, base_urls: list[str]) -> None:
     keys = ["allergy.peanut", "diet", "city"]
     for key in keys:
         create(client, ns, key, "seed")
@@ -211,7 +230,9 @@ def test_randomized_writers_and_forgetters_never_resurrect(
     start = threading.Barrier(threads)
     rec = Recorder()
     workers = [
-        threading.Thread(target=_worker, args=(live_server.base_url, api_key, ns, keys, n_ops, seed, start, rec))
+        threading.Thread(
+            target=_worker, args=(base_urls[seed % len(base_urls)], api_key, ns, keys, n_ops, seed, start, rec)
+        )
         for seed in range(threads)
     ]
     for w in workers:
