@@ -27,7 +27,7 @@ from app.db.migrate import upgrade_to_head_async
 from app.db.models import Tenant
 from app.db.session import Database
 from app.engine.hf import HFEngine
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import transition_seed
 from app.ids import new_id
 from app.runtime.blocks import Observation
@@ -87,7 +87,9 @@ class TimedEngine:
         usage: TokenUsage = await self._timed(self.inner.prefill(handle, token_ids))
         return usage
 
-    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+    async def generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+    ) -> Generation:
         generation: Generation = await self._timed(self.inner.generate(handle, sampling))
         return generation
 

@@ -39,7 +39,7 @@ from app.engine.cache_pool import CachePool
 from app.engine.chat import ChatMLTemplate
 from app.engine.hf_state import HandleState
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import find_stop, make_generator, sample_token, validate
 
 T = TypeVar("T")
@@ -185,9 +185,11 @@ class HFEngine:
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
         return await self._run(partial(self._prefill, handle, list(token_ids)))
 
-    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+    async def generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+    ) -> Generation:
         validate(sampling)
-        return await self._run(partial(self._generate, handle, sampling))
+        return await self._run(partial(self._generate, handle, sampling, on_tokens))
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
         if not 0 <= n_tokens <= len(handle.tokens):
@@ -312,7 +314,7 @@ class HFEngine:
         self._settle(state)
         return TokenUsage(reused=len(handle.tokens) - prefilled, prefilled=prefilled)
 
-    def _generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+    def _generate(self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None) -> Generation:
         state = self._session(handle)
         prefilled = self._make_resident(state)
         pending = handle.tokens[len(state.covered) :]
@@ -344,6 +346,8 @@ class HFEngine:
                 break
             token_ids.append(token)
             handle.tokens.append(token)
+            if on_tokens is not None:
+                on_tokens([token])
             if sampling.stop:
                 stop_at = find_stop(self.chat.decode(token_ids), sampling.stop)
                 if stop_at is not None:

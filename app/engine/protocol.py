@@ -14,6 +14,7 @@ Every call reports token accounting: replay cost is measured, never estimated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -35,6 +36,9 @@ class Sampling:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int = 0  # the seed of *this generation*; the runtime derives it from (session seed, transition index)
+
+
+TokenSink = Callable[[list[int]], None]
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,12 @@ class KVEngine(Protocol):
         """Append `token_ids` to the log and make the cache cover the whole log."""
         ...
 
-    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
-        """Sample a continuation of the log and append it (stop token excluded) to the log."""
+    async def generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+    ) -> Generation:
+        """Sample a continuation of the log and append it (stop token excluded) to the log. `on_tokens`, when
+        given, receives sampled token ids as they come (possibly from another thread; an engine that cannot stream
+        calls it once with all of them)."""
         ...
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import find_stop, validate
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,10 @@ class VLLMEngine:
         output = await self._request(handle, log_ids, self._params(Sampling(max_tokens=1)))
         return self._account(handle, log_ids, output, computed=log_ids)
 
-    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+    async def generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+    ) -> Generation:
+        # One request answers with the whole completion, so a streaming caller gets it as one delta.
         validate(sampling)
         log_ids = list(handle.tokens)
         if not log_ids:
@@ -231,6 +234,8 @@ class VLLMEngine:
             self.chat, sampling, sampled, completion.finish_reason, completion.stop_reason, usage
         )
         handle.tokens.extend(generation.token_ids)
+        if on_tokens is not None and generation.token_ids:
+            on_tokens(list(generation.token_ids))
         return generation
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:

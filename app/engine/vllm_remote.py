@@ -27,7 +27,7 @@ import httpx
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.vllm_local import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
 
@@ -173,7 +173,10 @@ class VLLMRemoteEngine:
         handle.tokens.extend(token_ids)
         return TokenUsage(reused=reused, prefilled=len(log_ids) - reused)
 
-    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+    async def generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+    ) -> Generation:
+        # One request answers with the whole completion, so a streaming caller gets it as one delta.
         validate(sampling)
         client = self._started()
         log_ids = list(handle.tokens)
@@ -200,6 +203,8 @@ class VLLMRemoteEngine:
             TokenUsage(reused=reused, prefilled=len(log_ids) - reused),
         )
         handle.tokens.extend(generation.token_ids)
+        if on_tokens is not None and generation.token_ids:
+            on_tokens(list(generation.token_ids))
         return generation
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:

@@ -28,7 +28,7 @@ from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.repositories import tools as tools_repo
 from app.db.session import Database
-from app.engine.protocol import KVEngine
+from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
 from app.errors import InvalidRequest, NotFound, NotReady, SessionBusy
 from app.ids import new_id
 from app.memory import repository as memory_repo
@@ -95,6 +95,10 @@ class SessionService:
         self.slot = engine
         self.handles = handles
         self.lock_timeout_s = lock_timeout_s
+
+    def chat(self) -> ChatTemplate:
+        """The engine's chat template (503 while the model loads)."""
+        return self._engine().chat
 
     def _engine(self) -> KVEngine:
         if not self.slot.ready:
@@ -207,8 +211,14 @@ class SessionService:
     # -- transitions --------------------------------------------------------------------------------------------
 
     async def turn(
-        self, tenant_id: str, session_id: str, observations: Sequence[Observation], generate: bool = True
+        self,
+        tenant_id: str,
+        session_id: str,
+        observations: Sequence[Observation],
+        generate: bool = True,
+        on_tokens: TokenSink | None = None,
     ) -> TurnResult:
+        """One transition. `on_tokens` receives the reply's tokens as they are sampled (SSE streaming)."""
         empty = not observations and not generate
         # An empty transition is bookkeeping only (what a forget leaves where an observation held only the target):
         # it needs no engine, so it works while the model loads.
@@ -225,7 +235,7 @@ class SessionService:
                 records = plan_records(tenant_id, session_id, turn, log, [], None, row.context_policy)
                 await self._write(tx, row, turn, records)
             else:
-                outcome, records, step = await self._run(tx, engine, row, turn, log, blocks, generate)
+                outcome, records, step = await self._run(tx, engine, row, turn, log, blocks, generate, on_tokens)
             await self._commit_client_calls(tx, row, answered)
         return _result(turn, row.epoch, records, outcome, step.calls)
 
@@ -258,7 +268,7 @@ class SessionService:
 
     async def _run(
         self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
-        blocks: list[Block], generate: bool,
+        blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None,
     ) -> tuple[Outcome, TransitionRecords, ToolStep]:
         stored = stored_log(log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
@@ -268,7 +278,9 @@ class SessionService:
         try:
             tools = await self._tool_context(tx, row)
             sources = frozenset(s for entry in log for s in entry.source_ids)
-            outcome, step = await advance_with_tools(engine, synced, blocks, sampling, tools, turn, sources)
+            outcome, step = await advance_with_tools(
+                engine, synced, blocks, sampling, tools, turn, sources, on_tokens
+            )
             records = plan_records(row.tenant_id, row.id, turn, log, outcome.blocks, outcome, row.context_policy)
             await self._write(tx, row, turn, records)
             if tools is not None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.engine.protocol import CacheHandle, KVEngine, Sampling
+from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.runtime.blocks import Block, Observation, render
 from app.runtime.tools import BUILTINS, ToolCall, declared, execute_builtin, parse_calls
 from app.runtime.transition import Outcome, Synced, advance
@@ -133,9 +133,10 @@ async def advance_with_tools(
     ctx: ToolContext | None,
     turn: int,
     sources: frozenset[str],
+    on_tokens: TokenSink | None = None,
 ) -> tuple[Outcome, ToolStep]:
     """transition.advance, then the reply's tool calls answered and their results prefilled as one more chunk."""
-    outcome = await advance(engine, synced, observations, sampling)
+    outcome = await advance(engine, synced, observations, sampling, on_tokens)
     if outcome.reply is None or ctx is None or not ctx.tools:
         return outcome, ToolStep()
     step = await run_tools(engine, synced.handle, ctx, turn, outcome.reply.content, sources)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from app.engine.protocol import CacheHandle, KVEngine, Sampling
+from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.errors import PayloadTooLarge
 from app.runtime.blocks import Block, assistant_block
 
@@ -165,6 +165,7 @@ async def advance(
     synced: Synced,
     observations: list[Block],
     sampling: Sampling | None,
+    on_tokens: TokenSink | None = None,
 ) -> Outcome:
     """Run one transition on the engine (the calls of the module docstring). `sampling` None: no reply."""
     handle, chat = synced.handle, engine.chat
@@ -181,7 +182,7 @@ async def advance(
     else:
         first_usage = await engine.prefill(handle, [*first, *chat.assistant_header()])
         prompt_tokens = len(handle.tokens)
-        generation = await engine.generate(handle, sampling)
+        generation = await engine.generate(handle, sampling, on_tokens)
         generation_prefill, decoded = generation.usage.prefilled, generation.usage.decoded
         finish = generation.finish_reason
         generated = generation.token_ids

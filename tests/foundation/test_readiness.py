@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from tests.conftest import LiveServer, make_settings
 
 
@@ -55,7 +55,9 @@ class GatedEngine:
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
         raise NotImplementedError
 
-    async def generate(self, handle: CacheHandle, sampling: Sampling) -> Generation:
+    async def generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+    ) -> Generation:
         raise NotImplementedError
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:

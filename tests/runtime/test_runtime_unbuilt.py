@@ -17,10 +17,3 @@ def test_unbuilt_session_options_answer_501(client: httpx.Client, option: dict[s
     assert response.status_code == 501, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     assert word in response.json()["detail"]
-
-
-def test_streaming_turns_answer_501(client: httpx.Client) -> None:
-    sid = client.post("/v1/sessions", json={}).json()["id"]
-    response = client.post(f"/v1/sessions/{sid}/turns", json={"inputs": [], "generate": False, "stream": True})
-    assert response.status_code == 501
-    assert client.get(f"/v1/sessions/{sid}").json()["turns"] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
+from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.problems import problem_doc
@@ -28,9 +29,11 @@ from app.api.schemas.sessions import (
     TurnRequest,
     UsageOut,
 )
+from app.api.sse import stream_turn
+from app.engine.protocol import TokenSink
 from app.errors import InvalidRequest, NotImplementedYet
 from app.runtime.blocks import Observation
-from app.runtime.session import ArtifactView, SessionConfig, SessionService, SessionView
+from app.runtime.session import ArtifactView, SessionConfig, SessionService, SessionView, TurnResult
 from app.runtime.tools import normalize as normalize_tools
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -146,11 +149,31 @@ async def delete_session(id: str, principal: PrincipalDep, sessions: SessionsDep
     return Response(status_code=204)
 
 
-@router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_ERRORS)
-async def post_turn(id: str, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep) -> TurnOut:
-    if body.stream:
-        raise NotImplementedYet("streaming turns (text/event-stream) are not built yet; send stream: false")
-    result = await sessions.turn(principal.tenant_id, id, [_observation(i) for i in body.inputs], body.generate)
+TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **TURN_ERRORS,
+    200: {
+        "description": "The transition; with `stream: true`, `text/event-stream`: `delta` events "
+        "(`{\"text\": ...}`) as the reply is sampled, then one `turn` event with this object "
+        "(or one `error` event with a problem document)",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+}
+
+
+@router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_RESPONSES)
+async def post_turn(
+    id: str, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep
+) -> TurnOut | StreamingResponse:
+    observations = [_observation(i) for i in body.inputs]
+    if body.stream and body.generate:
+        async def run(on_tokens: TokenSink) -> TurnOut:
+            return _turn_out(await sessions.turn(principal.tenant_id, id, observations, True, on_tokens))
+
+        return await stream_turn(run, sessions.chat())
+    return _turn_out(await sessions.turn(principal.tenant_id, id, observations, body.generate))
+
+
+def _turn_out(result: TurnResult) -> TurnOut:
     usage = result.usage
     reply = None
     if result.reply_id is not None:
