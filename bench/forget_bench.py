@@ -69,6 +69,10 @@ LABELS = {"hf": {"selective_replay": "B7", "full_reset": "B5"}, "vllm": {"select
 PAST_TARGET = 12  # the paper's setting: sessions run 12 transitions past the target
 
 
+class JobFailed(RuntimeError):
+    """A forget job the server ran and failed: deterministic, so a fresh server would fail it again."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -133,6 +137,8 @@ def serve(engine: str, ready_s: float) -> Iterator[Server]:
             time.sleep(0.5)  # a separate process coming up: nothing to wait on but the clock
         try:
             yield Server(engine, base, data, env, log_path, time.monotonic() - start)
+        except JobFailed:
+            raise
         except (httpx.HTTPError, RuntimeError) as exc:
             state = "running" if proc.poll() is None else f"exited with {proc.returncode}"
             tail = log_path.read_text(errors="replace")[-1500:]
@@ -203,7 +209,7 @@ def forget(client: httpx.Client, artifact_id: str, strategy: str, timeout_s: flo
         job = r.json()
     seconds = time.perf_counter() - start
     if job["status"] != "succeeded":
-        raise RuntimeError(f"forget {job['id']} ({strategy}) {job['status']}: {job.get('error')}")
+        raise JobFailed(f"forget {job['id']} ({strategy}) {job['status']}: {job.get('error')}")
     return job, seconds
 
 
@@ -321,6 +327,10 @@ def run_engine(
                 if errors:
                     print(f"[{engine}] server logged {len(errors)} error lines, first: {errors[0][:400]}")
             out.ok = True
+            break
+        except JobFailed as exc:
+            out.errors.append(f"server {attempt + 1}: {type(exc).__name__}: {exc}")
+            print(f"[{engine}] {out.errors[-1]} (not retried: a server bug, not a crash)", flush=True)
             break
         except (RuntimeError, httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
             out.errors.append(f"server {attempt + 1}: {type(exc).__name__}: {exc}")

@@ -90,6 +90,8 @@ class AgentSession(Base):
     retrieval: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     tools: Mapped[list[Any]] = mapped_column(JSONB, nullable=False, default=list)
     sampling: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    # Automatic compaction: {"max_tokens", "keep_last_turns", "write_back"} ({}: only on request).
+    compaction: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict, server_default="{}")
     # Sources whose derivations a sink policy keeps out of tool arguments (information-flow control, B8/B9).
     flagged_sources: Mapped[list[str]] = mapped_column(
         ARRAY(String(40)), nullable=False, default=list, server_default="{}"
@@ -126,6 +128,8 @@ class Artifact(Base):
     source_ids: Mapped[list[str]] = mapped_column(ARRAY(String(40)), nullable=False, default=list)
     committed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     meta: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    # The compaction transition that took this artifact out of the live prompt (kept: a forget may replay it).
+    archived_by: Mapped[int | None] = mapped_column(Integer)
     embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
     created_at: Mapped[datetime] = _created_at()
 
@@ -199,6 +203,8 @@ class MemoryRecord(Base):
     value: Mapped[Any | None] = mapped_column(JSONB)
     forgotten: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     source: Mapped[str] = mapped_column(String(100), nullable=False)
+    # Where a value written back by a session came from: {"session_id", "artifact_id"} (None: written by a client).
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     updated_at: Mapped[datetime] = _created_at()
 
 

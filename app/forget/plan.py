@@ -55,11 +55,16 @@ def restore_point(checkpoints: Sequence[Checkpoint], rows: Sequence[Artifact], t
     for checkpoint in sorted(checkpoints, key=lambda c: c.turn, reverse=True):
         if checkpoint.turn >= tau:
             continue
-        prefix = [(r.id, r.token_start, r.token_end) for r in rows if r.turn <= checkpoint.turn]
+        prefix = [(r.id, r.token_start, r.token_end) for r in live_after(rows, checkpoint.turn)]
         end = prefix[-1][2] if prefix else 0
         if end == checkpoint.token_offset and manifest_sha256(prefix) == checkpoint.manifest_sha256:
             return Restore(checkpoint.turn, checkpoint.token_offset, checkpoint.id)
     return Restore(-1, 0, None)
+
+
+def live_after(rows: Sequence[Artifact], turn: int) -> list[Artifact]:
+    """The live prompt as it stood at the end of transition `turn` (compactions up to `turn` applied)."""
+    return [r for r in rows if r.turn <= turn and (r.archived_by is None or r.archived_by > turn)]
 
 
 def compute_cost(token_count: int, replies: int) -> int:

@@ -28,6 +28,7 @@ from app.forget.plan import Restore
 from app.forget.targets import Located
 from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, render
+from app.runtime.compaction import LiveRow, compact, summary_room
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import log_entries, plan_records, stored_log
 from app.runtime.tooling import ToolContext, advance_with_tools
@@ -55,6 +56,7 @@ class Rebuilt:
     restored_from: Restore | None = None  # the checkpoint whose prefix was reused (None: nothing was)
     handle: CacheHandle | None = None
     environments: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (turn, state) snapshots
+    archive_existing: list[tuple[str, int]] = field(default_factory=list)  # kept rows a replayed compaction archives
     suppressed: list[ToolCall] = field(default_factory=list)  # consequential calls the replay did not fire
     committed_dropped: list[ToolCall] = field(default_factory=list)  # fired calls the counterfactual no longer makes
 
@@ -100,8 +102,10 @@ async def replay(
     environment as it stood before from_turn. `cold`: ignore any cached state (the full reset baseline)."""
     chat = engine.chat
     out = Rebuilt(from_turn=from_turn, system_prompt=session.system_prompt, restored_from=None if cold else restore)
-    kept = [r for r in rows if r.turn < from_turn]
+    kept = live_before(rows, from_turn)
     log = entries_of(kept)
+    live_rows = [LiveRow.of(r) for r in kept]  # the live prompt with contents, for a replayed compaction
+    next_position = max((r.position for r in rows if r.turn < from_turn), default=-1) + 1
     handle = None if cold else handles.get(session.id)
     if cold:
         stale = handles.pop(session.id)
@@ -133,6 +137,35 @@ async def replay(
         injected = []
         had_reply = any(r.kind in MODEL_KINDS and r.kind != "tool_call" for r in originals)
         blocks = [render(chat, o) for o in observed]
+        summary = next((r for r in originals if r.kind == "summary"), None)
+        if summary is not None:
+            # A compaction transition: run it again over the replayed prompt, with the same seed and policy.
+            done = await compact(
+                engine, synced, live_rows, tenant_id=session.tenant_id, session_id=session.id, turn=turn,
+                sampling=sampling_for(session.sampling, turn, summary_room(engine, log[-1].token_end if log else 0)),
+                keep_last_turns=int((summary.meta or {}).get("keep_last_turns", 0)), next_position=next_position,
+            )
+            planned = {r["id"]: r for r in out.rows}
+            for artifact_id in done.archived:
+                if artifact_id in planned:
+                    planned[artifact_id]["archived_by"] = turn
+                else:
+                    out.archive_existing.append((artifact_id, turn))
+            head = [e for e in log if e.turn == 0]
+            log = [*head, *log_entries(done.rows)]
+            live_rows = [*(r for r in live_rows if r.turn == 0), *(LiveRow.of(r) for r in done.rows)]
+            out.rows.extend(done.rows)
+            out.edges.extend(done.edges)
+            next_position += len(done.rows)
+            assert done.usage is not None
+            first_usage = first_usage or done.usage
+            out.prefilled += done.usage.prefill_tokens + done.usage.closing_tokens
+            out.decoded += done.usage.decode_tokens
+            synced = Synced(synced.handle, [], 0)
+            manifest = [(e.id, e.token_start, e.token_end) for e in log]
+            marks = checkpoints.for_transition(session.checkpoint_policy, turn, ["summary"], [], manifest)
+            out.checkpoints.extend(marks)
+            continue
         if turn == 0:
             # The system block: written at creation without an engine call; it waits as pending tokens.
             records = plan_records(
@@ -170,6 +203,8 @@ async def replay(
         out.edges.extend(records.edges)
         out.checkpoints.extend(marks)
         log.extend(log_entries(records.artifacts))
+        live_rows.extend(LiveRow.of(r) for r in records.artifacts)
+        next_position += len(records.artifacts)
     if tools is not None and tools.replay is not None:
         out.suppressed = list(tools.replay.suppressed)
         out.committed_dropped = [
@@ -184,6 +219,12 @@ async def replay(
         out.reused = first_usage.reused_tokens
     out.token_count = log[-1].token_end if log else 0
     return out
+
+
+def live_before(rows: Sequence[Artifact], turn: int) -> list[Artifact]:
+    """The live prompt as it stood when transition `turn` began: rows of earlier transitions that no compaction
+    before `turn` had archived (a compaction at or after `turn` is replayed, so what it archived was live then)."""
+    return [r for r in rows if r.turn < turn and (r.archived_by is None or r.archived_by >= turn)]
 
 
 def _call_id(row: Artifact) -> str:

@@ -38,7 +38,8 @@ from app.forget.rewrite import Rewritten
 from app.forget.strategies import STRATEGIES, ForgetStrategy, SessionWork
 from app.forget.targets import Located, Target, locate_in
 from app.ids import new_id
-from app.memory.service import MemoryService
+from app.memory import repository as memory_repo
+from app.memory.service import MemoryService, forget_in
 from app.memory.validation import check_key, check_namespace
 from app.observability.metrics import Metrics
 from app.runtime.blocks import MODEL_KINDS
@@ -80,6 +81,7 @@ class JobView:
     suppressed_side_effects: list[dict[str, Any]] = field(default_factory=list)
     committed_side_effects: list[dict[str, Any]] = field(default_factory=list)
     pending: dict[str, Any] | None = None
+    derived_memory: list[dict[str, Any]] = field(default_factory=list)
     duration_ms: int | None = None
     error: str | None = None
     reason: str | None = None
@@ -104,6 +106,7 @@ def view_of(job: ForgetJob) -> JobView:
         suppressed_side_effects=list(receipt.get("suppressed_side_effects", [])),
         committed_side_effects=list(receipt.get("committed_side_effects", [])),
         pending=receipt.get("pending"),
+        derived_memory=list(receipt.get("derived_memory", [])),
         duration_ms=receipt.get("duration_ms"),
         error=job.error,
         reason=job.reason,
@@ -257,7 +260,7 @@ class ForgetService:
             session = await sessions_repo.get(tx, tenant_id, session_ids[0])
             if session is None:
                 raise NotFound(f"no session {session_ids[0]!r}")
-            rows = await artifacts_repo.list_live(tx, tenant_id, session.id)
+            rows = await artifacts_repo.list_all(tx, tenant_id, session.id)
         located = locate_in(target, rows)
         if located is not None:
             strategy.check(located)
@@ -305,7 +308,7 @@ class ForgetService:
         matches: list[str] = []
         if target.query is not None:
             matches = await self._similar(tx, session.id, target.query, target.min_similarity)
-        rows = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+        rows = await artifacts_repo.list_all(tx, session.tenant_id, session.id)  # archived ones too: replay needs them
         located = locate_in(target, rows, matches)
         if located is None:
             return None
@@ -365,6 +368,9 @@ class ForgetService:
                 )
                 change = await strategy.apply(work)
                 entry = await _swap(tx, session, rows, located, tainted, change)
+                derived = await self._forget_derived_memory(tx, job, tainted)
+                if derived:
+                    receipt.setdefault("derived_memory", []).extend(derived)
                 if strategy.flags_sources:
                     await sessions_repo.flag_sources(tx, session_id, located.sources)
                 if isinstance(change, Rebuilt):
@@ -390,6 +396,24 @@ class ForgetService:
                 receipt["sessions"].pop()
             raise
         self._observe_session(strategy.name, receipt["sessions"][-1])
+
+    async def _forget_derived_memory(
+        self, tx: AsyncSession, job: ForgetJob, tainted: list[Tainted]
+    ) -> list[dict[str, Any]]:
+        """Tombstone memory records a session wrote back from an artifact in the closure (a summary that had seen
+        the target), in the session's transaction; each queues its own cascade job."""
+        if not tainted:
+            return []
+        records = await memory_repo.derived_from(tx, job.tenant_id, [t.artifact_id for t in tainted])
+        out = []
+        for namespace, key in records:
+            outcome, _ = await forget_in(
+                tx, JobCascade("selective_replay", f"derived from what {job.id} forgot"), job.tenant_id, namespace,
+                key, source="cascade",
+            )
+            out.append({"namespace": namespace, "key": key, "tombstone_version": outcome.version,
+                        "forget_id": outcome.forget_id})
+        return out
 
     async def _finish(
         self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, receipt: dict[str, Any],
@@ -458,8 +482,8 @@ class ForgetService:
         tokens = entry["tokens"]
         self.metrics.forget_transitions.labels(strategy=strategy).observe(entry["transitions_replayed"])
         for kind in ("reused", "prefilled", "decoded"):
-            self.metrics.forget_tokens.labels(strategy=strategy, kind=kind).inc(tokens[kind])
-        self.metrics.forget_full_reset.labels(strategy=strategy).inc(tokens["full_reset_estimate"])
+            self.metrics.forget_tokens.labels(strategy=strategy, kind=kind).inc(max(0, tokens[kind]))
+        self.metrics.forget_full_reset.labels(strategy=strategy).inc(max(0, tokens["full_reset_estimate"]))
 
 
 async def _swap(
@@ -467,6 +491,7 @@ async def _swap(
     change: Rebuilt | Rewritten | None,
 ) -> dict[str, Any]:
     """Write a strategy's change in the session's transaction and return the session's receipt entry."""
+    rows = [r for r in rows if r.archived_by is None]  # the live state (archived originals are history)
     before = state_sha256((r.kind, r.turn, r.token_ids) for r in rows)
     entry: dict[str, Any] = {
         "session_id": session.id,
@@ -486,6 +511,7 @@ async def _swap(
         return entry
     epoch = session.epoch + 1
     if isinstance(change, Rebuilt):
+        await artifacts_repo.unarchive_from(tx, session.id, change.from_turn)  # its compactions are replayed
         await artifacts_repo.delete_from_turn(tx, session.id, change.from_turn)
         await sessions_repo.delete_checkpoints_from(tx, session.id, change.from_turn)
         await tools_repo.delete_environments_from(tx, session.id, change.from_turn)
@@ -493,6 +519,8 @@ async def _swap(
             await tools_repo.save_environment(tx, session.id, turn, state)
         await artifacts_repo.insert_artifacts(tx, change.rows)
         await artifacts_repo.insert_edges(tx, change.edges)
+        for turn in {t for _, t in change.archive_existing}:
+            await artifacts_repo.archive(tx, session.id, [i for i, t in change.archive_existing if t == turn], turn)
         await sessions_repo.add_checkpoints(
             tx, session.id, [(b.turn, b.token_offset, b.manifest_sha256) for b in change.checkpoints]
         )
@@ -533,6 +561,7 @@ def _planned(
     session: AgentSession, rows: list[Artifact], located: Located, tainted: list[Tainted], restore: Restore | None,
     strategy: ForgetStrategy,
 ) -> dict[str, Any]:
+    rows = [r for r in rows if r.archived_by is None]
     full = compute_cost(session.token_count, replies_in(rows))
     entry: dict[str, Any] = {
         "session_id": session.id,

@@ -51,6 +51,11 @@ class SessionWork:
     checkpoints: list[Checkpoint]
     provided: dict[str, str] = field(default_factory=dict)  # the client's answers to calls a replay made anew
 
+    @property
+    def live_rows(self) -> list[Artifact]:
+        """The live prompt (`rows` also holds what compactions archived, which a replay needs)."""
+        return [r for r in self.rows if r.archived_by is None]
+
     async def tools_before(self, turn: int) -> ToolContext | None:
         """The session's tools for a replay from `turn`: the environment as snapshotted before it, the ledger of
         fired calls, and the original run's results (A3: identical calls reuse them)."""
@@ -137,9 +142,11 @@ class DeleteDependents(_Base):
     async def apply(self, work: SessionWork) -> Change:
         sanitized = {i for i, content in work.located.edits.items() if content is not None}
         drop = {t.artifact_id for t in work.closure} - sanitized
-        return await rewrite(
-            work.engine, work.handles, work.session, work.rows, drop=drop, edits=dict(work.located.edits)
+        change = await rewrite(
+            work.engine, work.handles, work.session, work.live_rows, drop=drop, edits=dict(work.located.edits)
         )
+        change.deleted.extend(r.id for r in work.rows if r.archived_by is not None and r.id in drop)
+        return change
 
 
 class SanitizeNoReplay(DeleteDependents):
@@ -151,7 +158,7 @@ class SourceRedaction(_Base):
 
     async def apply(self, work: SessionWork) -> Change:
         return await rewrite(
-            work.engine, work.handles, work.session, work.rows, drop=set(), edits=dict(work.located.edits)
+            work.engine, work.handles, work.session, work.live_rows, drop=set(), edits=dict(work.located.edits)
         )
 
 
@@ -160,7 +167,7 @@ class SanitizedRebuild(_Base):
 
     async def apply(self, work: SessionWork) -> Change:
         return await rewrite(
-            work.engine, work.handles, work.session, work.rows, drop=set(), edits=dict(work.located.edits),
+            work.engine, work.handles, work.session, work.live_rows, drop=set(), edits=dict(work.located.edits),
             redact=work.located.span,
         )
 
@@ -171,7 +178,7 @@ class ForgetInstruction(_Base):
     async def apply(self, work: SessionWork) -> Change:
         what = work.located.span or "the earlier message I asked you to forget"
         instruction = f"Forget the following and never use, repeat or act on it again: {what}"
-        return await append_instruction(work.engine, work.handles, work.session, work.rows, instruction)
+        return await append_instruction(work.engine, work.handles, work.session, work.live_rows, instruction)
 
 
 class NoForget(_Base):

@@ -97,6 +97,9 @@ def locate_in(target: Target, rows: Sequence[Artifact], matches: Sequence[str] =
         row = next((r for r in rows if r.id == target.artifact_id), None)
         if row is None:
             return None
+        original = (row.meta or {}).get("copy_of")
+        if original is not None:  # a compaction's copy: forgetting it is forgetting what it copies
+            row = next((r for r in rows if r.id == original), row)
         edits: dict[str, str | None] = {} if row.kind in MODEL_KINDS else {row.id: None}
         return Located(row.turn, [row.id], edits, row.content)
     if target.text is not None:

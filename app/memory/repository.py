@@ -75,25 +75,26 @@ _CAS_UPDATE = text(
     WITH head AS (
         UPDATE memory_records
            SET version = version + 1, value = :value, forgotten = false, source = :source,
-               updated_at = clock_timestamp()
+               provenance = :provenance, updated_at = clock_timestamp()
          WHERE {_PK} AND version = :base
         RETURNING tenant_id, namespace, key, version, value, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
     """
-).bindparams(bindparam("value", type_=JSONB))
+).bindparams(bindparam("value", type_=JSONB), bindparam("provenance", type_=JSONB))
 
 _CREATE = text(
     f"""
     WITH head AS (
-        INSERT INTO memory_records (tenant_id, namespace, key, version, value, forgotten, source, updated_at)
-        VALUES (:tenant_id, :namespace, :key, 1, :value, false, :source, clock_timestamp())
+        INSERT INTO memory_records
+               (tenant_id, namespace, key, version, value, forgotten, source, provenance, updated_at)
+        VALUES (:tenant_id, :namespace, :key, 1, :value, false, :source, :provenance, clock_timestamp())
         ON CONFLICT (tenant_id, namespace, key) DO NOTHING
         RETURNING tenant_id, namespace, key, version, value, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
     """
-).bindparams(bindparam("value", type_=JSONB))
+).bindparams(bindparam("value", type_=JSONB), bindparam("provenance", type_=JSONB))
 
 # A never-written key gets tombstone version 1, so a stale "create if absent" cannot land after the forget.
 # On an existing key the upsert locks the row even when the WHERE (already a tombstone) leaves it unchanged.
@@ -103,7 +104,7 @@ _TOMBSTONE = text(
     VALUES (:tenant_id, :namespace, :key, 1, NULL, true, :source, clock_timestamp())
     ON CONFLICT (tenant_id, namespace, key) DO UPDATE
        SET version = memory_records.version + 1, value = NULL, forgotten = true, source = EXCLUDED.source,
-           updated_at = clock_timestamp()
+           provenance = NULL, updated_at = clock_timestamp()
      WHERE NOT memory_records.forgotten
     RETURNING version, updated_at
     """
@@ -173,19 +174,23 @@ async def get_head(db: AsyncSession, tenant_id: str, namespace: str, key: str) -
 
 
 async def write_if_version(
-    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str
+    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str,
+    provenance: dict[str, str] | None = None,
 ) -> Written | None:
     """Write `value` as version base+1 if the head is still at `base` (live or tombstone); None otherwise."""
-    params = {**_pk(tenant_id, namespace, key), "base": base, "value": value, "source": source}
+    params = {
+        **_pk(tenant_id, namespace, key), "base": base, "value": value, "source": source, "provenance": provenance
+    }
     row = (await db.execute(_CAS_UPDATE, params)).one_or_none()
     return None if row is None else Written(version=row.version, updated_at=row.updated_at)
 
 
 async def create_if_absent(
-    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, value: Any, source: str
+    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, value: Any, source: str,
+    provenance: dict[str, str] | None = None,
 ) -> Written | None:
     """Write version 1 if the key was never written (a tombstone counts as written); None otherwise."""
-    params = {**_pk(tenant_id, namespace, key), "value": value, "source": source}
+    params = {**_pk(tenant_id, namespace, key), "value": value, "source": source, "provenance": provenance}
     row = (await db.execute(_CREATE, params)).one_or_none()
     return None if row is None else Written(version=row.version, updated_at=row.updated_at)
 
@@ -253,3 +258,37 @@ async def injectable(db: AsyncSession, tenant_id: str, namespace: str, *, limit:
     the tombstone re-reads the row once the lock is free and sees the tombstone, so it never injects the value."""
     rows = await db.execute(_INJECTABLE, {"tenant_id": tenant_id, "namespace": namespace, "limit": limit})
     return [Injectable(key=r.key, version=r.version, value=r.value) for r in rows]
+
+
+_DERIVED_FROM = text(
+    """
+    SELECT namespace, key FROM memory_records
+     WHERE tenant_id = :tenant_id AND NOT forgotten AND provenance ->> 'artifact_id' = ANY(:artifact_ids)
+     ORDER BY namespace, key
+    """
+)
+
+
+async def derived_from(db: AsyncSession, tenant_id: str, artifact_ids: list[str]) -> list[tuple[str, str]]:
+    """Live records whose value was written back from one of these artifacts (a session's summary)."""
+    rows = await db.execute(_DERIVED_FROM, {"tenant_id": tenant_id, "artifact_ids": artifact_ids})
+    return [(r.namespace, r.key) for r in rows]
+
+
+async def write_back(
+    db: AsyncSession, tenant_id: str, namespace: str, key: str, value: Any, provenance: dict[str, str]
+) -> Written:
+    """A session's summary written into memory (source `summarizer`) with where it came from. Based on the head it
+    reads under a share lock in the caller's transaction, so it supersedes whatever is there, tombstone included:
+    the summary is new information derived now, not a stale write in flight."""
+    state = await locked_state(db, tenant_id, namespace, key)
+    if state is None:
+        written = await create_if_absent(
+            db, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
+        )
+    else:
+        written = await write_if_version(
+            db, tenant_id, namespace, key, base=state.version, value=value, source="summarizer", provenance=provenance
+        )
+    assert written is not None  # the share lock keeps the head where it was read
+    return written

@@ -161,26 +161,7 @@ class MemoryService:
         check_key(key)
         check_source(source)
         async with self.db.transaction() as session:
-            for _ in range(_TOMBSTONE_RETRIES):
-                tomb = await repo.tombstone(session, tenant_id, namespace, key, source=source)
-                if tomb is not None:
-                    version = tomb.version
-                    erased = await repo.erase_history(session, tenant_id, namespace, key, tombstone=tomb, source=source)
-                    # The cascade seam: the forget job for every session this record was injected into.
-                    forget_id = await self.cascade.enqueue(
-                        session, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=version
-                    )
-                    outcome = ForgetOutcome(version=version, forget_id=forget_id, already_forgotten=False)
-                    break
-                state = await repo.locked_state(session, tenant_id, namespace, key)
-                if state is not None and state.forgotten:
-                    # Idempotent: the same tombstone answers again. Its job (if any) was enqueued the first time.
-                    outcome = ForgetOutcome(version=state.version, forget_id=None, already_forgotten=True)
-                    erased = 0
-                    break
-                # Re-established between the two statements: tombstone the new version.
-            else:  # pragma: no cover - needs a writer re-establishing the key faster than we can lock it, 8 times
-                raise Conflict("the key kept changing while it was being forgotten; retry")
+            outcome, erased = await forget_in(session, self.cascade, tenant_id, namespace, key, source=source)
         log.info(
             "memory key forgotten",
             extra={
@@ -339,3 +320,27 @@ class MemoryService:
 
 class _AbortBatch(Exception):
     """Internal: a write of an atomic batch did not land."""
+
+
+async def forget_in(
+    session: AsyncSession, cascade: ForgetCascade, tenant_id: str, namespace: str, key: str, *, source: str
+) -> tuple[ForgetOutcome, int]:
+    """Tombstone a key in the caller's transaction (and queue its cascade there); (outcome, history rows erased).
+    A forget job that finds a record derived from what it forgets tombstones it this way, atomically with the
+    session it rebuilt."""
+    for _ in range(_TOMBSTONE_RETRIES):
+        tomb = await repo.tombstone(session, tenant_id, namespace, key, source=source)
+        if tomb is not None:
+            erased = await repo.erase_history(session, tenant_id, namespace, key, tombstone=tomb, source=source)
+            # The cascade seam: the forget job for every session this record was injected into.
+            forget_id = await cascade.enqueue(
+                session, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version
+            )
+            return ForgetOutcome(version=tomb.version, forget_id=forget_id, already_forgotten=False), erased
+        state = await repo.locked_state(session, tenant_id, namespace, key)
+        if state is not None and state.forgotten:
+            # Idempotent: the same tombstone answers again. Its job (if any) was enqueued the first time.
+            return ForgetOutcome(version=state.version, forget_id=None, already_forgotten=True), 0
+        # Re-established between the two statements: tombstone the new version.
+    # pragma: no cover - needs a writer re-establishing the key faster than we can lock it, 8 times
+    raise Conflict("the key kept changing while it was being forgotten; retry")

@@ -104,6 +104,7 @@ def plan_records(
             "token_ids": list(block.token_ids),
             "source_ids": sources,
             "committed": committed,
+            "archived_by": None,
             "meta": meta,
         })
         node = Node(artifact_id, block.kind, tuple(sources))

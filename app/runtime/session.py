@@ -35,6 +35,8 @@ from app.memory import repository as memory_repo
 from app.provenance import graph
 from app.runtime import checkpoints
 from app.runtime.blocks import Block, Observation, memory_observation, render
+from app.runtime.compaction import Compaction, LiveRow, compact, summary_room
+from app.runtime.compaction import plan as compaction_plan
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, plan_records, stored_log
 from app.runtime.tooling import ToolContext, ToolStep, advance_with_tools
@@ -55,6 +57,7 @@ class SessionConfig:
     checkpoint_policy: str = "every_turn"
     tools: list[dict[str, Any]] = field(default_factory=list)
     sampling: dict[str, Any] = field(default_factory=dict)
+    compaction: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class SessionService:
                 retrieval=config.retrieval,
                 tools=config.tools,
                 sampling=config.sampling,
+                compaction=config.compaction,
                 turns=0,
                 token_count=sum(len(b.token_ids) for b in blocks),
             )
@@ -237,6 +241,8 @@ class SessionService:
             else:
                 outcome, records, step = await self._run(tx, engine, row, turn, log, blocks, generate, on_tokens)
             await self._commit_client_calls(tx, row, answered)
+            if engine is not None:
+                await self._auto_compact(tx, engine, row)
         return _result(turn, row.epoch, records, outcome, step.calls)
 
     async def _check_tool_results(
@@ -314,6 +320,79 @@ class SessionService:
         await sessions_repo.add_checkpoints(tx, row.id, _rows(marks))
         await sessions_repo.record_transition(tx, row.id, turns=turn, token_count=records.token_count)
         row.turns, row.token_count = turn, records.token_count
+
+    async def compact(
+        self, tenant_id: str, session_id: str, *, keep_last_turns: int, write_back: bool
+    ) -> tuple[SessionView, str]:
+        """A compaction transition (compaction.py); with `write_back`, the summary is also written into the session's
+        memory namespace as `summary.<session id>` with source `summarizer` and the summary's provenance, in the
+        same transaction. Returns the session and the summary artifact's id."""
+        engine = self._engine()
+        async with self._queued(session_id) as deadline, self.db.transaction() as tx:
+            row = await self._lock(tx, tenant_id, session_id, deadline)
+            summary_id = await self._compact_locked(tx, engine, row, keep_last_turns, write_back)
+        return SessionView(row, "idle"), summary_id
+
+    async def _compact_locked(
+        self, tx: AsyncSession, engine: KVEngine, row: AgentSession, keep_last_turns: int, write_back: bool
+    ) -> str:
+        """The compaction transition, inside the caller's locked transaction."""
+        if write_back and row.memory_namespace is None:
+            raise InvalidRequest("write_back needs the session's memory_namespace")
+        turn = row.turns + 1
+        log = await artifacts_repo.load_log(tx, row.id)
+        live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
+        compaction_plan(live, keep_last_turns)  # 422 before any model work when there is nothing to compact
+        stored = stored_log(log)
+        room = summary_room(engine, len(stored.tokens))
+        synced = await sync(engine, self.handles.get(row.id), row.id, row.tenant_id, stored)
+        self.handles.put(row.id, synced.handle)
+        try:
+            done = await compact(
+                engine, synced, live, tenant_id=row.tenant_id, session_id=row.id, turn=turn,
+                sampling=sampling_for(row.sampling, turn, room), keep_last_turns=keep_last_turns,
+                next_position=await artifacts_repo.max_position(tx, row.id) + 1,
+            )
+            await self._write_compaction(tx, row, turn, live, done)
+            if write_back:
+                assert row.memory_namespace is not None
+                await memory_repo.write_back(
+                    tx, row.tenant_id, row.memory_namespace, f"summary.{row.id}", done.summary,
+                    {"session_id": row.id, "artifact_id": done.summary_id},
+                )
+        except BaseException:
+            self.handles.pop(row.id)  # the cache may hold the compacted prompt that did not commit
+            raise
+        return done.summary_id
+
+    async def _auto_compact(self, tx: AsyncSession, engine: KVEngine, row: AgentSession) -> None:
+        """Over the session's token budget (`compaction.max_tokens`), compact as the next transition."""
+        policy = row.compaction or {}
+        budget = policy.get("max_tokens")
+        if not budget or row.token_count <= int(budget):
+            return
+        keep = int(policy.get("keep_last_turns", 2))
+        live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
+        try:
+            compaction_plan(live, keep)
+        except InvalidRequest:
+            return  # everything left is kept: nothing older to fold in yet
+        await self._compact_locked(tx, engine, row, keep, bool(policy.get("write_back")))
+
+    async def _write_compaction(
+        self, tx: AsyncSession, row: AgentSession, turn: int, live: list[LiveRow], done: Compaction
+    ) -> None:
+        await artifacts_repo.archive(tx, row.id, done.archived, turn)
+        await artifacts_repo.insert_artifacts(tx, done.rows)
+        await artifacts_repo.insert_edges(tx, done.edges)
+        manifest = await self._manifest(tx, row.id)  # the live prompt after the compaction
+        marks = checkpoints.for_transition(row.checkpoint_policy, turn, ["summary"], [], manifest)
+        await sessions_repo.add_checkpoints(tx, row.id, _rows(marks))
+        await sessions_repo.record_transition(tx, row.id, turns=turn, token_count=done.token_count)
+        row.turns, row.token_count = turn, done.token_count
+
+    async def _manifest(self, tx: AsyncSession, session_id: str) -> list[tuple[str, int, int]]:
+        return [(e.id, e.token_start, e.token_end) for e in await artifacts_repo.load_log(tx, session_id)]
 
     # -- artifacts ----------------------------------------------------------------------------------------------
 

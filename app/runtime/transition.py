@@ -196,7 +196,9 @@ async def advance(
             closing = (await engine.prefill(handle, chat.end_of_turn())).prefilled
         reply = assistant_block(chat, generation.text, generated)
     prefill = synced.prefilled + pending_prefill + first_usage.prefilled + generation_prefill
-    usage = Usage(prompt_tokens, prompt_tokens - prefill, prefill, decoded, closing)
+    # An engine that recomputes a partial cache block on every request (vLLM) can report more prompt tokens computed
+    # than the transition added, over its several calls: nothing of the prompt was then served from cache.
+    usage = Usage(prompt_tokens, max(0, prompt_tokens - prefill), prefill, decoded, closing)
     after = recipe_of(engine, handle)
     chunks: list[int] | None = None
     at = sum(before or [])

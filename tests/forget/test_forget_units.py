@@ -16,7 +16,9 @@ from app.runtime.tools import INITIAL_STATE, ToolCall, call_id, execute_builtin,
 
 
 def art(id: str, kind: str, turn: int, content: str = "", start: int = 0, end: int = 0) -> Any:
-    return SimpleNamespace(id=id, kind=kind, turn=turn, content=content, token_start=start, token_end=end, meta={})
+    return SimpleNamespace(
+        id=id, kind=kind, turn=turn, content=content, token_start=start, token_end=end, meta={}, archived_by=None
+    )
 
 
 ROWS = [

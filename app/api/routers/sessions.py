@@ -12,6 +12,7 @@ from app.api.problems import problem_doc
 from app.api.schemas.sessions import (
     ArtifactList,
     ArtifactOut,
+    CompactionPolicy,
     CompactRequest,
     DocumentInput,
     InputRef,
@@ -73,6 +74,7 @@ def _session_out(view: SessionView) -> SessionOut:
         checkpoint_policy=row.checkpoint_policy,
         tools=[ToolSpec.model_validate(t) for t in row.tools],
         sampling=SamplingConfig.model_validate(row.sampling) if row.sampling else None,
+        compaction=CompactionPolicy.model_validate(row.compaction) if row.compaction else None,
     )
 
 
@@ -124,6 +126,8 @@ def _reject_unbuilt(body: SessionCreate) -> None:
 )
 async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
     _reject_unbuilt(body)
+    if body.compaction.write_back and body.memory_namespace is None:
+        raise InvalidRequest("compaction.write_back needs a memory_namespace")
     config = SessionConfig(
         system_prompt=body.system_prompt,
         memory_namespace=body.memory_namespace,
@@ -132,6 +136,7 @@ async def create_session(body: SessionCreate, principal: PrincipalDep, sessions:
         checkpoint_policy=body.checkpoint_policy,
         tools=_tools(body.tools),
         sampling=body.sampling.model_dump(),
+        compaction=body.compaction.model_dump() if body.compaction.max_tokens else {},
     )
     return _session_out(await sessions.create(principal.tenant_id, config))
 
@@ -213,6 +218,15 @@ async def artifact_descendants(
     return ArtifactList(artifacts=[_artifact_out(v) for v in views])
 
 
-@router.post("/{id}/compact", response_model=SessionOut, summary="Replace older turns with a summary")
-async def compact_session(id: str, principal: PrincipalDep, body: CompactRequest | None = None) -> SessionOut:
-    raise NotImplementedYet("compaction is not built yet")
+@router.post(
+    "/{id}/compact", response_model=SessionOut, summary="Replace older turns with a model-written summary",
+    responses={**TURN_ERRORS, 422: problem_doc("Nothing to compact, or write_back without a memory namespace")},
+)
+async def compact_session(
+    id: str, principal: PrincipalDep, sessions: SessionsDep, body: CompactRequest | None = None
+) -> SessionOut:
+    request = body or CompactRequest()
+    view, _ = await sessions.compact(
+        principal.tenant_id, id, keep_last_turns=request.keep_last_turns, write_back=request.write_back
+    )
+    return _session_out(await sessions.get(principal.tenant_id, view.row.id))

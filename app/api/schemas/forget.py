@@ -112,6 +112,11 @@ class ForgetJobOut(BaseModel):
     suppressed_side_effects: list[dict[str, Any]] = Field(default_factory=list)
     committed_side_effects: list[dict[str, Any]] = Field(default_factory=list)
     pending: PendingCall | None = Field(default=None, description="What a `needs_input` job waits for")
+    derived_memory: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Memory records a session wrote back from what the job forgot, tombstoned with it "
+        "(`namespace`, `key`, `tombstone_version`, `forget_id` of their own cascade)",
+    )
     duration_ms: int | None = None
     error: str | None = None
     created_at: datetime | None = None

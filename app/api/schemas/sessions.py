@@ -38,6 +38,14 @@ class SamplingConfig(RequestModel):
     stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=8)
 
 
+class CompactionPolicy(RequestModel):
+    max_tokens: int | None = Field(
+        default=None, ge=64, description="Compact automatically after a turn that leaves the prompt longer than this"
+    )
+    keep_last_turns: int = Field(default=2, ge=0, le=1000)
+    write_back: bool = Field(default=False, description="Also write each summary into the memory namespace")
+
+
 class SessionCreate(RequestModel):
     system_prompt: str | None = Field(default=None, max_length=100_000)
     memory_namespace: str | None = Field(default=None, min_length=1, max_length=200)
@@ -46,6 +54,7 @@ class SessionCreate(RequestModel):
     checkpoint_policy: Literal["every_turn", "before_injections", "session_start"] = "every_turn"
     tools: list[ToolSpec] = Field(default_factory=list, max_length=64)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
 
 
 class ToolCallOut(BaseModel):
@@ -68,6 +77,7 @@ class SessionOut(BaseModel):
     checkpoint_policy: str = "every_turn"
     tools: list[ToolSpec] = Field(default_factory=list)
     sampling: SamplingConfig | None = None
+    compaction: CompactionPolicy | None = None
 
 
 class UserInput(RequestModel):

@@ -43,7 +43,7 @@ async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
             Artifact.source_ids,
             Artifact.meta["chunks"],
         )
-        .where(Artifact.session_id == session_id)
+        .where(Artifact.session_id == session_id, Artifact.archived_by.is_(None))
         .order_by(Artifact.position)
     )
     return [LogEntry(*row) for row in (await db.execute(stmt)).all()]
@@ -60,12 +60,44 @@ async def insert_edges(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None
 
 
 async def list_live(db: AsyncSession, tenant_id: str, session_id: str) -> list[Artifact]:
+    """The live prompt's artifacts in log order (not those a compaction archived)."""
+    stmt = (
+        select(Artifact)
+        .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id, Artifact.archived_by.is_(None))
+        .order_by(Artifact.position)
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def list_all(db: AsyncSession, tenant_id: str, session_id: str) -> list[Artifact]:
+    """Every artifact, archived ones included, in position order: what a forget replays from."""
     stmt = (
         select(Artifact)
         .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id)
         .order_by(Artifact.position)
     )
     return list((await db.execute(stmt)).scalars())
+
+
+async def max_position(db: AsyncSession, session_id: str) -> int:
+    stmt = select(func.coalesce(func.max(Artifact.position), -1)).where(Artifact.session_id == session_id)
+    return int((await db.execute(stmt)).scalar_one())
+
+
+async def archive(db: AsyncSession, session_id: str, ids: Sequence[str], turn: int) -> None:
+    if ids:
+        await db.execute(
+            update(Artifact)
+            .where(Artifact.session_id == session_id, Artifact.id.in_(list(ids)))
+            .values(archived_by=turn)
+        )
+
+
+async def unarchive_from(db: AsyncSession, session_id: str, turn: int) -> None:
+    """Undo the archiving of compactions at transitions ≥ `turn` (a replay re-runs them)."""
+    await db.execute(
+        update(Artifact).where(Artifact.session_id == session_id, Artifact.archived_by >= turn).values(archived_by=None)
+    )
 
 
 async def get(db: AsyncSession, tenant_id: str, session_id: str, artifact_id: str) -> Artifact | None:
@@ -261,7 +293,9 @@ async def pending_calls(db: AsyncSession, session_id: str) -> list[Artifact]:
     )
     stmt = (
         select(Artifact)
-        .where(Artifact.session_id == session_id, Artifact.kind == "tool_call", ~answered)
+        .where(
+            Artifact.session_id == session_id, Artifact.kind == "tool_call", Artifact.archived_by.is_(None), ~answered
+        )
         .order_by(Artifact.position)
     )
     return list((await db.execute(stmt)).scalars())
