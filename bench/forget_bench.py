@@ -176,9 +176,19 @@ def script(tau: int, turns: int) -> list[str]:
     return [*clean[: tau - 1], TARGET, *clean[tau - 1 :]]
 
 
-def build_session(client: httpx.Client, messages: list[str], sampling: dict[str, Any]) -> tuple[str, str]:
+def handbook(words: int) -> str:
+    """A clean, never-forgotten prefix of about `words` words (a skill card or document loaded at the start, as in
+    the paper's sessions, whose clean prefix is what a selective replay reuses and a full reset recomputes)."""
+    sentence = "The assistant keeps answers short, checks dates twice and never shares private notes."
+    count = max(1, words // len(sentence.split()))
+    return "Handbook:\n" + " ".join(f"{i + 1}. {sentence}" for i in range(count))
+
+
+def build_session(
+    client: httpx.Client, messages: list[str], sampling: dict[str, Any], system: str = SYSTEM
+) -> tuple[str, str]:
     """Create a session and run the script; returns its id and the target message's artifact id."""
-    r = client.post("/v1/sessions", json={"system_prompt": SYSTEM, "sampling": sampling})
+    r = client.post("/v1/sessions", json={"system_prompt": system, "sampling": sampling})
     r.raise_for_status()
     session_id: str = r.json()["id"]
     target = ""
@@ -288,7 +298,8 @@ def measure(job: dict[str, Any], client_s: float) -> Measure:
 
 
 def run_engine(
-    engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, repeats: int, ready_s: float, restarts: int
+    engine: str, taus: list[int], turns: int, max_tokens: int, seed: int, repeats: int, ready_s: float, restarts: int,
+    system: str = SYSTEM,
 ) -> EngineRun:
     """Every tau on one server; a server that dies or errs mid-run (a shared machine) is replaced by a fresh one, up
     to `restarts` times, which goes on from the first tau not yet measured (each server warms up first)."""
@@ -312,7 +323,7 @@ def run_engine(
                         for m, k in keys.items()
                     }
                     for i, tau in todo:
-                        row = one_tau(engine, clients, tau, turns, sampling, METHODS[i % 2], repeats)
+                        row = one_tau(engine, clients, tau, turns, sampling, METHODS[i % 2], repeats, system)
                         row.server = attempt + 1
                         out.rows.append(row)
                         sel, full = row.methods["selective_replay"], row.methods["full_reset"]
@@ -354,7 +365,7 @@ def warm_up(server: Server, sampling: dict[str, Any]) -> None:
 
 def one_tau(
     engine: str, clients: dict[str, httpx.Client], tau: int, turns: int, sampling: dict[str, Any], first: str,
-    repeats: int,
+    repeats: int, system: str = SYSTEM,
 ) -> Row:
     """`repeats` pairs of sessions for one tau; the methods alternate who goes first from pair to pair as well."""
     messages = script(tau, turns)
@@ -362,7 +373,7 @@ def one_tau(
     equal, gone, diff, load = True, True, None, []
     for k in range(repeats):
         load.append(os.getloadavg()[0])
-        built = {m: build_session(clients[m], messages, sampling) for m in METHODS}
+        built = {m: build_session(clients[m], messages, sampling, system) for m in METHODS}
         lead = first if k % 2 == 0 else next(m for m in METHODS if m != first)
         for m in [lead, *(m for m in METHODS if m != lead)]:
             job, seconds = forget(clients[m], built[m][1], m, timeout_s=900)
@@ -459,7 +470,8 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
 
 def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
-        f"# Forget cost against the target's position (T = {args.turns}, max_tokens = {args.max_tokens})",
+        f"# Forget cost against the target's position (T = {args.turns}, max_tokens = {args.max_tokens}, "
+        f"clean handbook prefix of {args.handbook_words} words)",
         "",
         "Recomputed = prefilled + decoded tokens of the forget job; ms = the job's `duration_ms`. B7 = selective "
         "replay; B5 = full reset on a cold cache (hf); B5' = full reset over vLLM's warm prefix cache. "
@@ -555,6 +567,10 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=2, help="fresh servers allowed after one dies mid-run")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where forget_bench.json / .md go")
+    parser.add_argument(
+        "--handbook-words", type=int, default=0,
+        help="a clean prefix of about this many words in the system prompt (the paper's sessions start long)",
+    )
     args = parser.parse_args()
     args.argv = ["python -m bench.forget_bench", *sys.argv[1:]]
     taus = [int(t) for t in args.taus.split(",") if t.strip()]
@@ -565,7 +581,10 @@ def main() -> None:
         parser.error(f"engines are {', '.join(LABELS)}")
 
     runs = [
-        run_engine(e, taus, args.turns, args.max_tokens, args.seed, args.repeats, args.ready_timeout, args.restarts)
+        run_engine(
+            e, taus, args.turns, args.max_tokens, args.seed, args.repeats, args.ready_timeout, args.restarts,
+            SYSTEM + ("\n" + handbook(args.handbook_words) if args.handbook_words else ""),
+        )
         for e in engines
     ]
     summaries = {run.engine: summarize(run, args.turns) for run in runs if run.rows}
@@ -575,6 +594,7 @@ def main() -> None:
         "config": {
             "taus": taus, "T": args.turns, "max_tokens": args.max_tokens, "seed": args.seed, "repeats": args.repeats,
             "engines": engines, "command": " ".join(args.argv), "cpus": os.cpu_count(),
+            "handbook_words": args.handbook_words,
         },
         "runs": [asdict(run) for run in runs],
         "summary": summaries,

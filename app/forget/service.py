@@ -14,6 +14,7 @@ job ends it is replaced by its length. Receipts hold artifact ids, counts and di
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Sequence
@@ -367,19 +368,20 @@ class ForgetService:
                     provided=dict(receipt.get("inputs", {})),
                 )
                 change = await strategy.apply(work)
-                entry = await _swap(tx, session, rows, located, tainted, change)
-                derived = await self._forget_derived_memory(tx, job, tainted)
-                if derived:
-                    receipt.setdefault("derived_memory", []).extend(derived)
+                # The receipt as it will be if this transaction commits (and only then).
+                draft = copy.deepcopy(receipt)
+                draft["sessions"].append(await _swap(tx, session, rows, located, tainted, change))
+                if strategy.cleans_derived_memory:
+                    derived = await self._forget_derived_memory(tx, job, tainted)
+                    draft.setdefault("derived_memory", []).extend(derived)
                 if strategy.flags_sources:
                     await sessions_repo.flag_sources(tx, session_id, located.sources)
                 if isinstance(change, Rebuilt):
-                    receipt["suppressed_side_effects"].extend(_effects(session_id, change.suppressed))
-                    receipt["committed_side_effects"].extend(_effects(session_id, change.committed_dropped))
+                    draft["suppressed_side_effects"].extend(_effects(session_id, change.suppressed))
+                    draft["committed_side_effects"].extend(_effects(session_id, change.committed_dropped))
                 if await jobs_repo.lock_owned(tx, job.id, owner) is None:
                     raise LeaseLost(job.id)
-                receipt["sessions"].append(entry)
-                await jobs_repo.save_receipt(tx, job.id, receipt)
+                await jobs_repo.save_receipt(tx, job.id, draft)
         except SessionBusy:
             raise Retry(f"session {session_id} is busy") from None
         except NeedsInput as wait:
@@ -392,9 +394,9 @@ class ForgetService:
         except BaseException:
             # Nothing of this session's rebuild committed; the cache handle may hold the rebuilt suffix.
             self.handles.pop(session_id)
-            if receipt["sessions"] and receipt["sessions"][-1]["session_id"] == session_id:
-                receipt["sessions"].pop()
             raise
+        receipt.clear()
+        receipt.update(draft)
         self._observe_session(strategy.name, receipt["sessions"][-1])
 
     async def _forget_derived_memory(
@@ -524,6 +526,8 @@ async def _swap(
         await sessions_repo.add_checkpoints(
             tx, session.id, [(b.turn, b.token_offset, b.manifest_sha256) for b in change.checkpoints]
         )
+        if session.tools:
+            await tools_repo.link_checkpoints(tx, session.id, max(0, change.from_turn - 1))
         turns = max([session.turns, *(r["turn"] for r in change.rows)])
         await sessions_repo.record_forget(
             tx, session.id, epoch=epoch, turns=turns, token_count=change.token_count,

@@ -80,6 +80,7 @@ class ForgetStrategy(Protocol):
     replays: bool  # regenerates model outputs (needs a reply-capable engine and may take a while)
     forgets_memory: bool  # a memory target's record is tombstoned
     flags_sources: bool  # the target's sources join the session's sink policy (information-flow control)
+    cleans_derived_memory: bool  # memory records written back from the closure (a summary) are tombstoned too
 
     def check(self, located: Located) -> None:
         """Refuse (InvalidRequest) a target this strategy cannot forget, before any job is queued."""
@@ -93,6 +94,7 @@ class _Base:
     replays = False
     forgets_memory = True
     flags_sources = False
+    cleans_derived_memory = False
 
     def check(self, located: Located) -> None:
         return None
@@ -101,6 +103,7 @@ class _Base:
 class SelectiveReplay(_Base):
     name = "selective_replay"
     replays = True
+    cleans_derived_memory = True
 
     def check(self, located: Located) -> None:
         _refuse_outputs_only(self.name, located)
@@ -117,6 +120,7 @@ class SelectiveReplay(_Base):
 class FullReset(_Base):
     name = "full_reset"
     replays = True
+    cleans_derived_memory = True
 
     def check(self, located: Located) -> None:
         _refuse_outputs_only(self.name, located)
@@ -138,6 +142,7 @@ class DeleteDependents(_Base):
     observation is sanitized rather than deleted); regenerate nothing."""
 
     name = "delete_dependents"
+    cleans_derived_memory = True
 
     async def apply(self, work: SessionWork) -> Change:
         sanitized = {i for i, content in work.located.edits.items() if content is not None}

@@ -293,6 +293,7 @@ class SessionService:
                 await tools_repo.record_fired(tx, row.id, step.fired_now)
                 if step.env_changed:
                     await tools_repo.save_environment(tx, row.id, turn, tools.env)
+                await tools_repo.link_checkpoints(tx, row.id, turn - 1)
         except BaseException:
             # Nothing of the transition is written; crop the handle back while the row lock still keeps every other
             # turn of this session away from it. (A failed commit after this point leaves the handle ahead of the

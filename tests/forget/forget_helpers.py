@@ -53,9 +53,13 @@ def assert_tiles(items: list[dict[str, Any]]) -> None:
 
 
 def forget(client: httpx.Client, target: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """POST /v1/forget; with `wait`, also past the server's own wait (a loaded machine can outlast it: 202)."""
     r = client.post("/v1/forget", json={"target": target, **options})
     assert r.status_code in (200, 202), r.text
     job: dict[str, Any] = r.json()
+    if options.get("wait") and not options.get("dry_run") and job["status"] in ("queued", "running"):
+        assert r.status_code == 202
+        return wait_job(client, job["id"])
     return job
 
 

@@ -6,11 +6,11 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import EnvSnapshot, ToolExecution
+from app.db.models import Checkpoint, EnvSnapshot, ToolExecution
 from app.ids import new_id
 from app.runtime.tools import INITIAL_STATE, ToolCall
 
@@ -54,3 +54,20 @@ async def record_fired(db: AsyncSession, session_id: str, calls: Sequence[ToolCa
             for c in calls
         ]
         await db.execute(insert(ToolExecution).values(rows).on_conflict_do_nothing())
+
+
+async def link_checkpoints(db: AsyncSession, session_id: str, from_turn: int) -> None:
+    """Name, on each checkpoint from `from_turn` on, the environment snapshot in force at its boundary (the latest
+    snapshot at or before its transition): what a replay restoring that checkpoint restores the tools to."""
+    latest = (
+        select(EnvSnapshot.id)
+        .where(EnvSnapshot.session_id == Checkpoint.session_id, EnvSnapshot.turn <= Checkpoint.turn)
+        .order_by(EnvSnapshot.turn.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    await db.execute(
+        update(Checkpoint)
+        .where(Checkpoint.session_id == session_id, Checkpoint.turn >= from_turn)
+        .values(env_snapshot_id=latest)
+    )
