@@ -19,7 +19,7 @@ from app.forget.replay import Rebuilt, entries_of, observation_of
 from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
 from app.runtime.handles import HandleRegistry
-from app.runtime.records import log_entries, plan_records, stored_log
+from app.runtime.records import plan_records, stored_log
 from app.runtime.transition import advance, check_room, sync
 
 
@@ -146,5 +146,3 @@ async def append_instruction(
         handle=synced.handle,
     )
 
-
-__all__ = ["Rewritten", "append_instruction", "log_entries", "rewrite"]

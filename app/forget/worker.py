@@ -24,7 +24,7 @@ from app.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 20  # a job that keeps finding its session busy or its worker dying stops being retried
+MAX_ATTEMPTS = 20  # a job that keeps finding its sessions busy fails with a clear error instead of looping
 
 
 class ForgetWorker:
