@@ -495,19 +495,13 @@ async def _swap(
     """Write a strategy's change in the session's transaction and return the session's receipt entry."""
     rows = [r for r in rows if r.archived_by is None]  # the live state (archived originals are history)
     before = state_sha256((r.kind, r.turn, r.token_ids) for r in rows)
-    entry: dict[str, Any] = {
-        "session_id": session.id,
-        "tau": located.tau,
-        "T": session.turns,
-        "transitions_replayed": 0,
-        "checkpoint": None,
-        "closure": [t.artifact_id for t in tainted],
+    entry = _entry(session, located, tainted)
+    entry.update({
         "tokens": {"reused": 0, "prefilled": 0, "decoded": 0, "full_reset_estimate": 0},
-        "epoch_before": session.epoch,
         "epoch_after": session.epoch,
         "state_sha256_before": before,
         "state_sha256_after": before,
-    }
+    })
     if change is None:
         entry["tokens"]["full_reset_estimate"] = compute_cost(session.token_count, replies_in(rows))
         return entry
@@ -561,23 +555,28 @@ async def _swap(
     return entry
 
 
-def _planned(
-    session: AgentSession, rows: list[Artifact], located: Located, tainted: list[Tainted], restore: Restore | None,
-    strategy: ForgetStrategy,
-) -> dict[str, Any]:
-    rows = [r for r in rows if r.archived_by is None]
-    full = compute_cost(session.token_count, replies_in(rows))
-    entry: dict[str, Any] = {
+def _entry(session: AgentSession, located: Located, tainted: list[Tainted]) -> dict[str, Any]:
+    """What a receipt entry and a plan entry share: where the target sits in the session and what it tainted."""
+    return {
         "session_id": session.id,
         "tau": located.tau,
         "T": session.turns,
         "transitions_replayed": 0,
         "checkpoint": None,
         "closure": [t.artifact_id for t in tainted],
-        "trace": [{"artifact_id": t.artifact_id, "kind": t.kind, "turn": t.turn, "why": t.why} for t in tainted],
-        "tokens": {"reused": 0, "recompute_estimate": 0, "full_reset_estimate": full},
         "epoch_before": session.epoch,
     }
+
+
+def _planned(
+    session: AgentSession, rows: list[Artifact], located: Located, tainted: list[Tainted], restore: Restore | None,
+    strategy: ForgetStrategy,
+) -> dict[str, Any]:
+    rows = [r for r in rows if r.archived_by is None]
+    full = compute_cost(session.token_count, replies_in(rows))
+    entry = _entry(session, located, tainted)
+    entry["trace"] = [{"artifact_id": t.artifact_id, "kind": t.kind, "turn": t.turn, "why": t.why} for t in tainted]
+    entry["tokens"] = {"reused": 0, "recompute_estimate": 0, "full_reset_estimate": full}
     if restore is not None:
         after = [r for r in rows if r.token_start >= restore.token_offset]
         entry["transitions_replayed"] = session.turns - restore.turn
