@@ -13,6 +13,10 @@ SYSTEM = "You are a helpful personal assistant. Answer briefly."
 Script = list[list[dict[str, Any]]]  # one list of inputs per turn; [] = an empty transition
 
 
+def user(text: str) -> dict[str, Any]:
+    return {"type": "user", "content": text}
+
+
 def run_script(
     client: httpx.Client, script: Script, sampling: dict[str, Any], **config: Any
 ) -> tuple[str, list[list[str]]]:

@@ -16,6 +16,7 @@ from tests.forget.forget_helpers import (
     run_script,
     shape,
     tables_holding,
+    user,
     wait_job,
 )
 from tests.support import problem
@@ -23,9 +24,6 @@ from tests.support import problem
 GREEDY = {"temperature": 0, "max_tokens": 24, "seed": 9}
 SYSTEM = "You are a helpful assistant."
 
-
-def user(text: str) -> dict[str, Any]:
-    return {"type": "user", "content": text}
 
 
 def compact(client: httpx.Client, session_id: str, **body: Any) -> dict[str, Any]:

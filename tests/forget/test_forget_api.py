@@ -14,15 +14,13 @@ from tests.forget.forget_helpers import (
     post_turn,
     run_script,
     shape,
+    user,
 )
 from tests.support import problem
 
 FAST = {"temperature": 0, "max_tokens": 8, "seed": 3}
 SECRET = "PIN 4417"
 
-
-def user(text: str) -> dict[str, Any]:
-    return {"type": "user", "content": text}
 
 
 SCRIPT = [

@@ -10,16 +10,13 @@ from typing import Any
 
 import httpx
 
-from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, wait_job
+from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, user, wait_job
 from tests.processes import ServeProcess
 from tests.support import BOOTSTRAP_KEY, sql
 
 SLOW = {"temperature": 0, "max_tokens": 32, "seed": 5}
 SECRET = "passport X1234567"
 
-
-def user(text: str) -> dict[str, Any]:
-    return {"type": "user", "content": text}
 
 
 SCRIPT = [

@@ -19,6 +19,7 @@ from tests.forget.forget_helpers import (
     run_script,
     shape,
     tables_holding,
+    user,
     wait_job,
 )
 
@@ -29,9 +30,6 @@ BILL = f"Car Rental 98.70\nTotal 98.70\nPlease pay by bank transfer to IBAN: {IB
 GREEDY = {"temperature": 0, "max_tokens": 24, "seed": 7}
 SEEDED = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 24, "seed": 11}
 
-
-def user(text: str) -> dict[str, Any]:
-    return {"type": "user", "content": text}
 
 
 ADDRESS_SCRIPT: Script = [
