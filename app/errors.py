@@ -76,12 +76,6 @@ class RateLimited(LetheError):
     title = "Too many requests"
 
 
-class NotImplementedYet(LetheError):
-    status = 501
-    type_slug = "not-implemented"
-    title = "Not implemented yet"
-
-
 class NotReady(LetheError):
     status = 503
     type_slug = "not-ready"

@@ -162,7 +162,7 @@ def history(namespace: str, key: str) -> Call[list[HistoryEntry]]:
     return Call("GET", f"{_memory_path(namespace, key)}/history", parse)
 
 
-# ---- sessions and forget jobs (typed to API.md; the server answers 501 until those issues land) ----------------
+# ---- sessions and forget jobs (typed to API.md) -------------------------------------------------------------------
 
 
 def create_session(fields: Mapping[str, Any]) -> Call[dict[str, Any]]:
@@ -191,6 +191,13 @@ def create_forget(
     body: dict[str, Any] = {"target": dict(target), "strategy": strategy, "dry_run": dry_run, "wait": wait}
     if reason is not None:
         body["reason"] = reason
+    return Call("POST", "/v1/forget", _json, json=body)
+
+
+def run_forget_plan(plan_id: str, *, strategy: str | None, wait: bool) -> Call[dict[str, Any]]:
+    body: dict[str, Any] = {"plan_id": plan_id, "wait": wait}
+    if strategy is not None:
+        body["strategy"] = strategy
     return Call("POST", "/v1/forget", _json, json=body)
 
 

@@ -150,6 +150,10 @@ class AsyncLetheClient:
             calls.create_forget(target, strategy=strategy, dry_run=dry_run, wait=wait, reason=reason)
         )
 
+    async def run_forget_plan(self, plan_id: str, *, strategy: str | None = None, wait: bool = False) -> dict[str, Any]:
+        """Run the plan a deletion request in plain words produced (the turn's `forget_plan`)."""
+        return await self._run(calls.run_forget_plan(plan_id, strategy=strategy, wait=wait))
+
     async def get_forget(self, forget_id: str) -> dict[str, Any]:
         return await self._run(calls.get_forget(forget_id))
 

@@ -146,6 +146,10 @@ class LetheClient:
         """POST /v1/forget (named apart from `forget`, which tombstones a memory key)."""
         return self._run(calls.create_forget(target, strategy=strategy, dry_run=dry_run, wait=wait, reason=reason))
 
+    def run_forget_plan(self, plan_id: str, *, strategy: str | None = None, wait: bool = False) -> dict[str, Any]:
+        """Run the plan a deletion request in plain words produced (the turn's `forget_plan`)."""
+        return self._run(calls.run_forget_plan(plan_id, strategy=strategy, wait=wait))
+
     def get_forget(self, forget_id: str) -> dict[str, Any]:
         return self._run(calls.get_forget(forget_id))
 

@@ -235,7 +235,7 @@ class ForgetJob(Base):
     __tablename__ = "forget_jobs"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'failed', 'needs_input')", name="status"
+            "status IN ('planned', 'queued', 'running', 'succeeded', 'failed', 'needs_input')", name="status"
         ),
         Index("ix_forget_jobs_status_created_at", "status", "created_at"),
         UniqueConstraint("tenant_id", "idempotency_key"),

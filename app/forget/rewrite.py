@@ -27,6 +27,10 @@ from app.runtime.transition import advance, check_room, sync
 class Rewritten:
     deleted: list[str] = field(default_factory=list)
     updated: list[dict[str, Any]] = field(default_factory=list)  # rows whose content, tokens, span or meta changed
+    inserted: list[dict[str, Any]] = field(default_factory=list)  # regenerated outputs (a retrieval session's forget)
+    edges: list[dict[str, Any]] = field(default_factory=list)  # the inserted rows' provenance
+    transitions: int = 0  # outputs regenerated
+    decoded: int = 0
     token_count: int = 0
     first_turn: int | None = None  # the first transition the rewrite touched (its checkpoints and later are stale)
     system_prompt: str | None = None
@@ -79,7 +83,10 @@ async def rewrite(
     out.token_count = offset
     if first_change is None:
         return out
-    boundary = _chunk_boundary(rows, first_change)
+    # A retrieval session's cache holds only its preamble, never the store (runtime/retrieval.py): nothing to
+    # re-prefill, no recipe to keep.
+    holds_log = session.context_policy != "retrieval"
+    boundary = _chunk_boundary(rows, first_change) if holds_log else first_change
     tokens = [t for k in kept for t in k["token_ids"]]
     for item in kept:
         row = item["row"]
@@ -87,12 +94,14 @@ async def rewrite(
         if item["token_end"] > boundary:
             meta.pop("chunks", None)  # recipes past the edit describe a cache that no longer exists
         item["meta"] = meta
-    if kept and len(tokens) > boundary:
-        kept[-1]["meta"]["chunks"] = {"at": boundary, "sizes": [len(tokens) - boundary]}
-    out.reused, out.prefilled = await _reprefill(engine, handles, session, tokens, boundary)
+    if holds_log:
+        if kept and len(tokens) > boundary:
+            kept[-1]["meta"]["chunks"] = {"at": boundary, "sizes": [len(tokens) - boundary]}
+        out.reused, out.prefilled = await _reprefill(engine, handles, session, tokens, boundary)
     out.updated = [
         {"id": k["row"].id, "content": k["content"], "token_ids": k["token_ids"], "token_start": k["token_start"],
-         "token_end": k["token_end"], "meta": k["meta"]}
+         "token_end": k["token_end"], "meta": k["meta"],
+         **({"embedding": None} if k["content"] != k["row"].content else {})}
         for k in kept
         if k["token_end"] > boundary or k["content"] != k["row"].content
     ]

@@ -35,6 +35,7 @@ from app.embeddings import Embedder
 from app.errors import Conflict, InvalidRequest, NotFound, NotReady, SessionBusy
 from app.forget.plan import Restore, Tainted, closure, compute_cost, replies_in, restore_point, state_sha256
 from app.forget.replay import NeedsInput, Rebuilt
+from app.forget.requests import MEANING_SIMILARITY, DeletionRequest
 from app.forget.rewrite import Rewritten
 from app.forget.strategies import STRATEGIES, ForgetStrategy, SessionWork
 from app.forget.targets import Located, Target, locate_in
@@ -43,7 +44,7 @@ from app.memory import repository as memory_repo
 from app.memory.service import MemoryService, forget_in
 from app.memory.validation import check_key, check_namespace
 from app.observability.metrics import Metrics
-from app.runtime.blocks import MODEL_KINDS
+from app.runtime.blocks import MODEL_KINDS, ROLE_OF
 from app.runtime.handles import HandleRegistry
 from app.runtime.session import SessionService
 from app.runtime.tools import ToolCall
@@ -51,6 +52,7 @@ from app.runtime.tools import ToolCall
 log = logging.getLogger(__name__)
 
 DEFAULT_MIN_SIMILARITY = 0.5
+DEFAULT_STRATEGY = "selective_replay"
 TERMINAL = ("succeeded", "failed", "needs_input")  # needs_input: finished until the client answers
 
 
@@ -64,11 +66,12 @@ class Retry(Exception):
 
 @dataclass(frozen=True)
 class Submission:
-    target: dict[str, Any]
-    strategy: str = "selective_replay"
+    target: dict[str, Any] | None = None  # None: `plan_id` names a stored plan to confirm
+    strategy: str | None = None  # None: the plan's, or selective_replay
     dry_run: bool = False
     wait: bool = False
     reason: str | None = None
+    plan_id: str | None = None
 
 
 @dataclass
@@ -168,8 +171,11 @@ class ForgetService:
     # -- submit, plan, read -------------------------------------------------------------------------------------
 
     async def submit(self, tenant_id: str, request: Submission) -> JobView:
+        if request.plan_id is not None:
+            return await self.confirm(tenant_id, request)
+        assert request.target is not None
         target = Target.from_dict(request.target)
-        strategy = STRATEGIES[request.strategy]
+        strategy = STRATEGIES[request.strategy or DEFAULT_STRATEGY]
         session_ids = await self._sessions_for(tenant_id, target)
         if session_ids is None:  # an artifact that no longer exists: a repeated forget answers the first one
             assert target.artifact_id is not None
@@ -186,6 +192,79 @@ class ForgetService:
         if request.wait:
             return await self.wait(tenant_id, job_id, self.wait_s)
         return await self.get(tenant_id, job_id)
+
+    async def propose(self, tenant_id: str, session_id: str, request: DeletionRequest) -> JobView | None:
+        """A deletion request made in plain words inside a session (requests.py): match M, plan the forget and store
+        the plan as a job in status `planned` (its target is M's ids only, never the words), or None when nothing
+        matches. Nothing is deleted until the client confirms the plan (`confirm`)."""
+        async with self.db.transaction() as tx:
+            session = await sessions_repo.get(tx, tenant_id, session_id)
+            if session is None:
+                raise NotFound(f"no session {session_id!r}")
+            ids = await self._match(tx, session, request)
+        if not ids:
+            return None
+        target = Target(session_id=session_id, artifact_ids=tuple(ids))
+        strategy = STRATEGIES[DEFAULT_STRATEGY]
+        plan = await self.plan(tenant_id, target, strategy, [session_id], None)
+        if not plan.sessions:
+            return None
+        async with self.db.transaction() as tx:
+            job = await jobs_repo.create(
+                tx, id=new_id("fgt"), tenant_id=tenant_id, status="planned", strategy=strategy.name,
+                target=target.to_dict(), reason="requested in the session", receipt={"sessions": plan.sessions},
+                attempts=0,
+            )
+        return view_of(job)
+
+    async def _match(self, tx: AsyncSession, session: AgentSession, request: DeletionRequest) -> list[str]:
+        """M for a request in plain words: the session's live messages it names (observations; the replies derived
+        from them follow through the closure), in log order."""
+        messages = [
+            a for a in await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+            if a.kind not in MODEL_KINDS and a.kind not in ("system", "instruction")
+        ]
+        if request.how == "id":
+            if request.what.isdigit():
+                users = [a for a in messages if a.kind == "user"]
+                index = int(request.what) - 1
+                return [users[index].id] if 0 <= index < len(users) else []
+            return [a.id for a in messages if a.id == request.what]
+        if request.how == "text":
+            return [a.id for a in messages if request.what in a.content]
+        if request.how == "keyword":
+            kinds = sorted({a.kind for a in messages})
+            return await artifacts_repo.keyword_matches(tx, session.id, request.what, kinds) if kinds else []
+        similar = set(await self._similar(tx, session.id, request.what, MEANING_SIMILARITY))
+        wanted = request.what.casefold()
+        return [a.id for a in messages if a.id in similar or wanted in a.content.casefold()]
+
+    async def confirm(self, tenant_id: str, request: Submission) -> JobView:
+        """Run a stored plan: the job goes from `planned` to `queued` (with the strategy given now, if any). A plan
+        already confirmed answers its job as it stands, so a retried confirmation runs nothing twice."""
+        assert request.plan_id is not None
+        async with self.db.transaction() as tx:
+            job = await jobs_repo.get(tx, tenant_id, request.plan_id, for_update=True)
+            if job is None:
+                raise NotFound(f"no forget plan {request.plan_id!r}")
+            target = Target.from_dict(job.target)
+            strategy = STRATEGIES[request.strategy or job.strategy]
+        if request.dry_run:
+            if job.status != "planned":
+                raise Conflict(f"forget plan {request.plan_id!r} was already confirmed")
+            assert target.session_id is not None
+            return await self.plan(tenant_id, target, strategy, [target.session_id], request.reason)
+        if job.status == "planned":
+            await self.validate(tenant_id, target, strategy)
+            async with self.db.transaction() as tx:
+                confirmed = await jobs_repo.confirm_plan(
+                    tx, tenant_id, job.id, strategy.name, request.reason or job.reason
+                )
+            if confirmed:
+                self.notify()
+        if request.wait:
+            return await self.wait(tenant_id, job.id, self.wait_s)
+        return await self.get(tenant_id, job.id)
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         async with self.db.transaction() as tx:
@@ -218,9 +297,11 @@ class ForgetService:
                 if found is None:
                     continue
                 rows, located, tainted = found
+                _check_session(strategy, session)
                 strategy.check(located)
                 checkpoints = await sessions_repo.checkpoints(tx, tenant_id, session_id)
-            restore = restore_point(checkpoints, rows, located.tau) if strategy.replays else None
+            retrieval = session.context_policy == "retrieval"
+            restore = restore_point(checkpoints, rows, located.tau) if strategy.replays and not retrieval else None
             entries.append(_planned(session, rows, located, tainted, restore, strategy))
         memory = None
         if target.namespace is not None:
@@ -255,10 +336,16 @@ class ForgetService:
         when it is not loaded (503)."""
         if strategy.replays and not self.slot.ready and session_ids:
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
-        if target.kind not in ("artifact", "text"):
-            return
+        if strategy.targets is not None and target.kind not in strategy.targets:
+            raise InvalidRequest(f"{strategy.name} takes a {' or '.join(sorted(strategy.targets))} target")
         async with self.db.transaction() as tx:
-            session = await sessions_repo.get(tx, tenant_id, session_ids[0])
+            sessions = [await sessions_repo.get(tx, tenant_id, i) for i in session_ids]
+            for session in sessions:
+                if session is not None:
+                    _check_session(strategy, session)
+            if target.kind not in ("artifact", "text"):
+                return
+            session = sessions[0]
             if session is None:
                 raise NotFound(f"no session {session_ids[0]!r}")
             rows = await artifacts_repo.list_all(tx, tenant_id, session.id)
@@ -309,6 +396,9 @@ class ForgetService:
         matches: list[str] = []
         if target.query is not None:
             matches = await self._similar(tx, session.id, target.query, target.min_similarity)
+        elif target.keyword is not None:
+            kinds = [k for k in ROLE_OF if k not in ("system", "instruction")]
+            matches = await artifacts_repo.keyword_matches(tx, session.id, target.keyword, kinds)
         rows = await artifacts_repo.list_all(tx, session.tenant_id, session.id)  # archived ones too: replay needs them
         located = locate_in(target, rows, matches)
         if located is None:
@@ -316,13 +406,17 @@ class ForgetService:
         edges = await artifacts_repo.edges_from_turn(tx, session.id, located.tau)
         return rows, located, closure(located.sources, edges, rows)
 
-    async def _similar(self, tx: AsyncSession, session_id: str, query: str, min_similarity: float | None) -> list[str]:
-        """pgvector similarity over the session's observations (their embeddings are computed once, on demand)."""
-        missing = await artifacts_repo.unembedded_observations(tx, session_id, sorted(MODEL_KINDS))
+    async def _similar(
+        self, tx: AsyncSession, session_id: str, query: str, min_similarity: float | None, *, outputs: bool = False
+    ) -> list[str]:
+        """pgvector similarity over the session's observations (model outputs too with `outputs`); embeddings are
+        computed once, on demand."""
+        excluded = [] if outputs else sorted(MODEL_KINDS)
+        missing = await artifacts_repo.unembedded_observations(tx, session_id, excluded)
         vectors = await self.embedder.embed([a.content for a in missing] + [query])
         await artifacts_repo.set_embeddings(tx, {a.id: v for a, v in zip(missing, vectors, strict=False)})
         threshold = DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity
-        return await artifacts_repo.similar_observations(tx, session_id, vectors[-1], threshold, sorted(MODEL_KINDS))
+        return await artifacts_repo.similar_observations(tx, session_id, vectors[-1], threshold, excluded)
 
     # -- execution (the worker calls this with a claimed job) ---------------------------------------------------
 
@@ -361,11 +455,15 @@ class ForgetService:
                 if found is None:
                     return  # not (or no longer) in this session: nothing to forget there
                 rows, located, tainted = found
+                _check_session(strategy, session)
                 strategy.check(located)
                 checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
+                similar: list[str] = []
+                if strategy.matches_outputs and target.query is not None:
+                    similar = await self._similar(tx, session.id, target.query, target.min_similarity, outputs=True)
                 work = SessionWork(
-                    tx, self.slot.engine, self.handles, session, rows, located, tainted, checkpoints,
-                    provided=dict(receipt.get("inputs", {})),
+                    tx, self.slot.engine, self.handles, session, rows, located, tainted, checkpoints, self.embedder,
+                    provided=dict(receipt.get("inputs", {})), similar=similar,
                 )
                 change = await strategy.apply(work)
                 # The receipt as it will be if this transaction commits (and only then).
@@ -533,8 +631,10 @@ async def _swap(
             entry["checkpoint"] = {"turn": restore.turn, "token_offset": restore.token_offset}
         tokens = (change.reused, change.prefilled, change.decoded)
     else:
-        await artifacts_repo.delete_ids(tx, session.id, change.deleted)
+        await artifacts_repo.delete_ids(tx, session.id, change.deleted)  # their edges go with them
         await artifacts_repo.rewrite(tx, session.id, change.updated)
+        await artifacts_repo.insert_artifacts(tx, change.inserted)
+        await artifacts_repo.insert_edges(tx, change.edges)
         if change.first_turn is not None:
             # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
             await sessions_repo.delete_checkpoints_from(tx, session.id, change.first_turn)
@@ -542,7 +642,8 @@ async def _swap(
             tx, session.id, epoch=epoch, turns=session.turns, token_count=change.token_count,
             system_prompt=change.system_prompt,
         )
-        tokens = (change.reused, change.prefilled, 0)
+        entry["transitions_replayed"] = change.transitions
+        tokens = (change.reused, change.prefilled, change.decoded)
     after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
     entry["epoch_after"] = epoch
     entry["state_sha256_after"] = state_sha256((r.kind, r.turn, r.token_ids) for r in after)
@@ -577,6 +678,14 @@ def _planned(
     entry = _entry(session, located, tainted)
     entry["trace"] = [{"artifact_id": t.artifact_id, "kind": t.kind, "turn": t.turn, "why": t.why} for t in tainted]
     entry["tokens"] = {"reused": 0, "recompute_estimate": 0, "full_reset_estimate": full}
+    if session.context_policy == "retrieval" and strategy.replays:
+        # Outputs are regenerated one by one (regenerate.py), not a suffix replayed: the estimate is Dep(M)'s outputs.
+        sources = set(located.sources)
+        redo = [r for r in rows if r.kind in MODEL_KINDS and r.id in entry["closure"] and r.id not in sources]
+        if strategy.name == "full_reset":
+            redo = [r for r in rows if r.kind in MODEL_KINDS]
+        entry["transitions_replayed"] = len(redo)
+        entry["tokens"]["recompute_estimate"] = sum(len(r.token_ids) for r in redo)
     if restore is not None:
         after = [r for r in rows if r.token_start >= restore.token_offset]
         entry["transitions_replayed"] = session.turns - restore.turn
@@ -588,6 +697,14 @@ def _planned(
             session.token_count - restore.token_offset, replies_in(after)
         )
     return entry
+
+
+def _check_session(strategy: ForgetStrategy, session: AgentSession) -> None:
+    """422 for a strategy that cannot forget in this kind of session."""
+    if session.context_policy not in strategy.policies:
+        raise InvalidRequest(
+            f"{strategy.name} cannot forget in a session with context_policy {session.context_policy!r}"
+        )
 
 
 def _effects(session_id: str, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:

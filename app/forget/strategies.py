@@ -13,6 +13,13 @@ and checkpoints) and returns one of three changes, which the service swaps in th
   `ifc` (B8: the target's sources are flagged so a sink policy blocks consequential calls derived from them);
   `ifc_replay` (B9) is selective replay plus that flag.
 
+In a retrieval session (DeLLM, runtime/retrieval.py) outputs are regenerated one by one instead of a prefix replayed
+(regenerate.py): `selective_replay` regenerates Dep(M) and whatever else would now retrieve another context,
+`full_reset` every output, `delete_dependents` deletes Dep(M) and rebuilds only summaries. `semantic_deletion` is
+DeLLM's semantic-deletion baseline in either policy: every artifact, model outputs included, whose embedding is
+similar enough to a query target is deleted, with no provenance at all. Strategies that need a growing prompt or
+tools (`forget_instruction`, `ifc`, `ifc_replay`) refuse retrieval sessions.
+
 The baselines exist for the evaluation harness: they leave the target in derived state by design, which is what the
 paper measures. Only `selective_replay`, `full_reset` and `delete_dependents` are forgetting in the product's sense.
 """
@@ -21,14 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Artifact, Checkpoint
 from app.db.repositories import tools as tools_repo
+from app.embeddings import Embedder
 from app.engine.protocol import KVEngine
 from app.errors import InvalidRequest
+from app.forget import regenerate as regen
 from app.forget.plan import Restore, Tainted, restore_point
 from app.forget.replay import Rebuilt, replay
 from app.forget.rewrite import Rewritten, append_instruction, rewrite
@@ -49,7 +58,13 @@ class SessionWork:
     located: Located
     closure: list[Tainted]
     checkpoints: list[Checkpoint]
+    embedder: Embedder
     provided: dict[str, str] = field(default_factory=dict)  # the client's answers to calls a replay made anew
+    similar: list[str] = field(default_factory=list)  # semantic_deletion: every artifact matching the query
+
+    @property
+    def retrieval(self) -> bool:
+        return self.session.context_policy == "retrieval"
 
     @property
     def live_rows(self) -> list[Artifact]:
@@ -75,8 +90,14 @@ class SessionWork:
         )
 
 
+BOTH: Final = frozenset({"full", "retrieval"})
+
+
 class ForgetStrategy(Protocol):
     name: str
+    policies: frozenset[str]  # the context policies of the sessions it can forget in
+    targets: frozenset[str] | None  # the target kinds it takes (None: any)
+    matches_outputs: bool  # its matching reaches model outputs too (SessionWork.similar)
     replays: bool  # regenerates model outputs (needs a reply-capable engine and may take a while)
     forgets_memory: bool  # a memory target's record is tombstoned
     flags_sources: bool  # the target's sources join the session's sink policy (information-flow control)
@@ -91,6 +112,9 @@ class ForgetStrategy(Protocol):
 
 class _Base:
     name = ""
+    policies: frozenset[str] = BOTH
+    targets: frozenset[str] | None = None
+    matches_outputs = False
     replays = False
     forgets_memory = True
     flags_sources = False
@@ -109,6 +133,8 @@ class SelectiveReplay(_Base):
         _refuse_outputs_only(self.name, located)
 
     async def apply(self, work: SessionWork) -> Change:
+        if work.retrieval:
+            return await regen.regenerate(work, "selective")
         tau = work.located.tau
         restore = restore_point(work.checkpoints, work.rows, tau)
         return await replay(
@@ -126,6 +152,8 @@ class FullReset(_Base):
         _refuse_outputs_only(self.name, located)
 
     async def apply(self, work: SessionWork) -> Change:
+        if work.retrieval:
+            return await regen.regenerate(work, "full")
         # Every transition regenerated on a cold cache; the system block (transition 0) is re-prefilled unless the
         # target sits in it, in which case it is re-rendered too.
         from_turn = min(work.located.tau, 1)
@@ -145,6 +173,8 @@ class DeleteDependents(_Base):
     cleans_derived_memory = True
 
     async def apply(self, work: SessionWork) -> Change:
+        if work.retrieval:
+            return await regen.regenerate(work, "delete")
         sanitized = {i for i, content in work.located.edits.items() if content is not None}
         drop = {t.artifact_id for t in work.closure} - sanitized
         change = await rewrite(
@@ -179,6 +209,7 @@ class SanitizedRebuild(_Base):
 
 class ForgetInstruction(_Base):
     name = "forget_instruction"  # B2: append "forget z" and keep everything
+    policies = frozenset({"full"})  # a retrieval session has no running prompt to append to
 
     async def apply(self, work: SessionWork) -> Change:
         what = work.located.span or "the earlier message I asked you to forget"
@@ -206,6 +237,7 @@ class SinkPolicy(_Base):
     context holds them fires; the contaminated state itself is left as it is."""
 
     name = "ifc"
+    policies = frozenset({"full"})  # a sink policy guards tool calls, and retrieval sessions have none
     flags_sources = True
     forgets_memory = False
 
@@ -215,7 +247,22 @@ class SinkPolicy(_Base):
 
 class SinkPolicyReplay(SelectiveReplay):
     name = "ifc_replay"  # B9: the sink policy and selective replay together
+    policies = frozenset({"full"})
     flags_sources = True
+
+
+class SemanticDeletion(_Base):
+    """DeLLM's semantic-deletion baseline: delete every artifact (model outputs too) at least `min_similarity`
+    similar to the query, follow no provenance, regenerate nothing. What it misses is what provenance finds: a
+    reply that used the fact without repeating its words."""
+
+    name = "semantic_deletion"
+    targets: frozenset[str] | None = frozenset({"query"})
+    matches_outputs = True
+
+    async def apply(self, work: SessionWork) -> Change:
+        drop = set(work.similar) | {i for i, content in work.located.edits.items() if content is None}
+        return await rewrite(work.engine, work.handles, work.session, work.live_rows, drop=drop, edits={})
 
 
 def _refuse_outputs_only(name: str, located: Located) -> None:
@@ -232,5 +279,6 @@ STRATEGIES: Mapping[str, ForgetStrategy] = {
     for s in (
         SelectiveReplay(), FullReset(), DeleteDependents(), SanitizeNoReplay(), SourceRedaction(),
         SanitizedRebuild(), ForgetInstruction(), NoForget(), MemoryDelete(), SinkPolicy(), SinkPolicyReplay(),
+        SemanticDeletion(),
     )
 }

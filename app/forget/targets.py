@@ -1,9 +1,10 @@
 """Forget targets and where they sit in a session (Algorithm 1, line 1: locate the source).
 
-A target names what to forget in one of four forms (API.md): an artifact, a text span in a session's observations, a
-memory record (every injection of it), or a semantic query over a session's observations. Locating it in a session
-yields the *sources* (the artifacts where it entered), what each source becomes once sanitized, and τ, the first
-transition any of them belongs to.
+A target names what to forget in one of six forms (API.md): an artifact, a set of artifacts (DeLLM's M by id; what a
+plan made from a request in plain words stores), a text span in a session's observations, a memory record (every
+injection of it), a keyword (PostgreSQL full-text search) or a semantic query over a session's observations.
+Locating it in a session yields the *sources* (the artifacts where it entered), what each source becomes once
+sanitized, and τ, the first transition any of them belongs to.
 
 Sanitizing follows the counterfactual exactly: an artifact target drops the observation; a text target removes every
 occurrence of the text from the observations holding it and changes nothing else; an observation left empty (only
@@ -29,6 +30,8 @@ class Target:
     key: str | None = None
     query: str | None = None
     min_similarity: float | None = None
+    keyword: str | None = None
+    artifact_ids: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Target:
@@ -41,6 +44,8 @@ class Target:
             key=memory.get("key"),
             query=data.get("query"),
             min_similarity=data.get("min_similarity"),
+            keyword=data.get("keyword"),
+            artifact_ids=tuple(data["artifact_ids"]) if data.get("artifact_ids") is not None else None,
         )
 
     @property
@@ -51,7 +56,16 @@ class Target:
             return "text"
         if self.namespace is not None:
             return "memory"
+        if self.keyword is not None:
+            return "keyword"
+        if self.artifact_ids is not None:
+            return "artifacts"
         return "query"
+
+    @property
+    def searches(self) -> bool:
+        """Matched by a search the caller runs (pgvector or full-text), not by ids or text."""
+        return self.query is not None or self.keyword is not None
 
     def to_dict(self) -> dict[str, Any]:
         """The target as stored while the job runs (it must survive a crash, text included)."""
@@ -67,15 +81,21 @@ class Target:
         if self.query is not None:
             out["query"] = self.query
             out["min_similarity"] = self.min_similarity
+        if self.keyword is not None:
+            out["keyword"] = self.keyword
+        if self.artifact_ids is not None:
+            out["artifact_ids"] = list(self.artifact_ids)
         return out
 
     def scrubbed(self) -> dict[str, Any]:
         """The target as a finished job keeps it: the forgotten text replaced by its length. (No hash either: a
         short secret such as an account number falls to a dictionary attack on its hash.)"""
         out = self.to_dict()
-        if self.text is not None:
-            out["text"] = None
-            out["text_length"] = len(self.text)
+        for name in ("text", "keyword", "query"):  # each names what was forgotten
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = None
+                out[f"{name}_length"] = len(value)
         return out
 
 
@@ -92,7 +112,7 @@ class Located:
 def locate_in(target: Target, rows: Sequence[Artifact], matches: Sequence[str] = ()) -> Located | None:
     """Where `target` entered the session whose artifacts are `rows` (log order); None when it is not there.
 
-    `matches` are the ids a semantic query selected (the caller runs the pgvector search)."""
+    `matches` are the ids a semantic query or a keyword selected (the caller runs the search)."""
     if target.artifact_id is not None:
         row = next((r for r in rows if r.id == target.artifact_id), None)
         if row is None:
@@ -107,8 +127,19 @@ def locate_in(target: Target, rows: Sequence[Artifact], matches: Sequence[str] =
     if target.namespace is not None:
         hits = [r for r in rows if r.kind == "memory" and _is_record(r, target.namespace, target.key)]
         return _dropping(hits)
+    if target.artifact_ids is not None:
+        return _ids(set(target.artifact_ids), rows)
     wanted = set(matches)
     return _dropping([r for r in rows if r.id in wanted and r.kind not in MODEL_KINDS])
+
+
+def _ids(wanted: set[str], rows: Sequence[Artifact]) -> Located | None:
+    """A set of artifacts: observations dropped, model outputs named as sources (their dependents go with them)."""
+    hits = [r for r in rows if r.id in wanted and r.archived_by is None]
+    if not hits:
+        return None
+    edits: dict[str, str | None] = {r.id: None for r in hits if r.kind not in MODEL_KINDS}
+    return Located(min(r.turn for r in hits), [r.id for r in hits], edits)
 
 
 def _locate_text(text: str, rows: Sequence[Artifact]) -> Located | None:

@@ -10,7 +10,8 @@ from app.runtime.session import SessionService
 
 def session_service(container: Container) -> SessionService:
     return SessionService(
-        container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s
+        container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s,
+        embedder=container.embedder,
     )
 
 

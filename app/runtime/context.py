@@ -1,6 +1,6 @@
 """Context policies: which artifacts a model call depends on, stored as provenance edges.
 
-`full` (the only policy so far): the context of a model call is the whole prefix of the log, the conservative taint
+`full`: the context of a model call is the whole prefix of the log, the conservative taint
 of Lemma 2. Recording an edge from every prefix artifact to every reply would cost O(n) edges per turn and O(n²) per
 session; we store the *transitive reduction* instead. The parents of a reply are
 
@@ -11,8 +11,10 @@ is a parent or was added before the previous model output, which by induction re
 parent. So `descendants(a)` over the stored edges is exactly the set of replies whose context held `a`, at
 O(new artifacts) edges per turn. The API's `parents` are these stored parents.
 
-`retrieval` (DeLLM, a later issue) will return exactly the retrieved artifacts: no reduction applies there, because
-the context is not a prefix. It slots in as another `ContextPolicy`.
+`retrieval` (DeLLM): a reply's context is the session's preamble (system prompt, instructions), the messages retrieval
+picked for it and its own turn's observations, and its parents are exactly those: no reduction applies, because the
+context is not a prefix. So `descendants(m)` is DeLLM's Dep(m): only replies that actually saw m (or saw a reply that
+did). The retrieval itself is runtime/retrieval.py; this class only turns its choice into parents.
 """
 
 from __future__ import annotations
@@ -55,10 +57,24 @@ class FullContext:
         return [*tail, *new]
 
 
+class RetrievedContext:
+    """The parents of one reply of a retrieval session: `preamble` and `retrieved` ids (found in the prefix), then
+    the transition's own observations. Without ids (a transition that samples nothing) it is only the new ones."""
+
+    name = "retrieval"
+
+    def __init__(self, preamble: Sequence[str] = (), retrieved: Sequence[str] = ()) -> None:
+        self.wanted = {*preamble, *retrieved}
+
+    def reply_parents(self, prefix: Sequence[Node], new: Sequence[Node]) -> list[Node]:
+        return [*(n for n in prefix if n.id in self.wanted), *new]
+
+
 def policy_for(name: str) -> ContextPolicy:
     if name == "full":
         return FullContext()
-    # The API refuses other policies until they are built; reaching here is a programming error.
+    if name == "retrieval":
+        return RetrievedContext()
     raise ValueError(f"no context policy {name!r}")
 
 

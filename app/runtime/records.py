@@ -13,7 +13,7 @@ from typing import Any
 from app.db.repositories.artifacts import LogEntry
 from app.ids import new_id
 from app.runtime.blocks import MODEL_KINDS, Block
-from app.runtime.context import Node, policy_for, union_sources
+from app.runtime.context import ContextPolicy, Node, policy_for, union_sources
 from app.runtime.transition import Outcome, StoredLog
 
 Manifest = list[tuple[str, int, int]]
@@ -62,18 +62,19 @@ def plan_records(
     log: Sequence[LogEntry],
     blocks: Sequence[Block],
     outcome: Outcome | None,
-    context_policy: str,
+    context_policy: str | ContextPolicy,
     keep_ids: Sequence[str | None] = (),
 ) -> TransitionRecords:
-    """`keep_ids[i]`, when given, is the id block i keeps: a replay re-renders observations the forget did not touch
-    under their original ids, so a client's references to them survive the rewrite."""
+    """`context_policy` is a session's policy name, or the policy object of this one transition (a retrieval reply
+    passes what it retrieved). `keep_ids[i]`, when given, is the id block i keeps: a replay re-renders observations
+    the forget did not touch under their original ids, so a client's references to them survive the rewrite."""
     position = log[-1].position + 1 if log else 0
     offset = log[-1].token_end if log else 0
     prefix = [Node(e.id, e.kind, tuple(e.source_ids)) for e in log]
     added: list[Node] = []  # this transition's artifacts so far (a later model output's context includes them)
     rows: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
-    policy = policy_for(context_policy)
+    policy = policy_for(context_policy) if isinstance(context_policy, str) else context_policy
     for index, block in enumerate(blocks):
         artifact_id = (keep_ids[index] if index < len(keep_ids) else None) or new_id("art")
         meta = dict(block.meta)

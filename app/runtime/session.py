@@ -28,15 +28,17 @@ from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.repositories import tools as tools_repo
 from app.db.session import Database
+from app.embeddings import Embedder
 from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
 from app.errors import InvalidRequest, NotFound, NotReady, SessionBusy
 from app.ids import new_id
 from app.memory import repository as memory_repo
 from app.provenance import graph
-from app.runtime import checkpoints
+from app.runtime import checkpoints, retrieval
 from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.compaction import Compaction, LiveRow, compact, summary_room
 from app.runtime.compaction import plan as compaction_plan
+from app.runtime.context import RetrievedContext
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, plan_records, stored_log
 from app.runtime.tooling import ToolContext, ToolStep, advance_with_tools
@@ -93,11 +95,14 @@ class SessionService:
         handles: HandleRegistry,
         *,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        embedder: Embedder | None = None,
     ) -> None:
         self.db = db
         self.slot = engine
         self.handles = handles
         self.lock_timeout_s = lock_timeout_s
+        # Pass the process's shared embedder: a new one loads the model again (only retrieval sessions use it).
+        self.embedder = embedder or Embedder()
 
     def chat(self) -> ChatTemplate:
         """The engine's chat template (503 while the model loads)."""
@@ -276,6 +281,9 @@ class SessionService:
         self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
         blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None,
     ) -> tuple[Outcome, TransitionRecords, ToolStep]:
+        if row.context_policy == "retrieval":
+            outcome, records = await self._run_retrieval(tx, engine, row, turn, log, blocks, generate, on_tokens)
+            return outcome, records, ToolStep()
         stored = stored_log(log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
         sampling = sampling_for(row.sampling, turn, room) if generate else None
@@ -304,6 +312,40 @@ class SessionService:
                 self.handles.pop(row.id)  # a handle in doubt is dropped; the next turn rebuilds from the database
             raise
         return outcome, records, step
+
+    async def _run_retrieval(
+        self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
+        blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None,
+    ) -> tuple[Outcome, TransitionRecords]:
+        """A transition of a retrieval session (retrieval.py): store the observations, and answer them from the
+        preamble and the messages retrieved for them; every new message gets its embedding in the same commit."""
+        await retrieval.embed_missing(tx, self.embedder, row.id)
+        vectors = await self.embedder.embed([b.content for b in blocks])
+        preamble_ids, preamble_tokens = retrieval.preamble(log)
+        context: list[artifacts_repo.Neighbor] = []
+        answer = None
+        if generate:
+            query = vectors[0] if len(blocks) == 1 else (await self.embedder.embed([retrieval.query_text(blocks)]))[0]
+            context = await retrieval.retrieve(tx, row.id, query, retrieval.Params.of(row.retrieval), turn)
+            answer = await retrieval.respond(
+                engine, self.handles, row.id, row.tenant_id, preamble_tokens, context, blocks,
+                lambda room: sampling_for(row.sampling, turn, room), on_tokens,
+            )
+        reply = None if answer is None else answer.reply
+        usage = Usage(0, 0, 0, 0, 0) if answer is None else answer.usage
+        outcome = Outcome(
+            [*blocks, *([reply] if reply else [])], reply, usage, None if answer is None else answer.finish_reason,
+            0, None,
+        )
+        parents = RetrievedContext(preamble_ids, [m.id for m in context])
+        records = plan_records(row.tenant_id, row.id, turn, log, outcome.blocks, outcome, parents)
+        await self._write(tx, row, turn, records)
+        if reply is not None:
+            vectors.extend(await self.embedder.embed([reply.content]))
+        await artifacts_repo.set_embeddings(
+            tx, {a["id"]: v for a, v in zip(records.artifacts, vectors, strict=True)}
+        )
+        return outcome, records
 
     async def _tool_context(self, tx: AsyncSession, row: AgentSession) -> ToolContext | None:
         if not row.tools:
@@ -343,7 +385,16 @@ class SessionService:
         turn = row.turns + 1
         log = await artifacts_repo.load_log(tx, row.id)
         live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
-        compaction_plan(live, keep_last_turns)  # 422 before any model work when there is nothing to compact
+        _, summarized, _ = compaction_plan(live, keep_last_turns)  # 422 before any model work: nothing to compact
+        if row.context_policy == "retrieval":
+            summary_id, text = await self._summarize_retrieval(tx, engine, row, turn, log, summarized)
+            if write_back:
+                assert row.memory_namespace is not None
+                await memory_repo.write_back(
+                    tx, row.tenant_id, row.memory_namespace, f"summary.{row.id}", text,
+                    {"session_id": row.id, "artifact_id": summary_id},
+                )
+            return summary_id
         stored = stored_log(log)
         room = summary_room(engine, len(stored.tokens))
         synced = await sync(engine, self.handles.get(row.id), row.id, row.tenant_id, stored)
@@ -365,6 +416,33 @@ class SessionService:
             self.handles.pop(row.id)  # the cache may hold the compacted prompt that did not commit
             raise
         return done.summary_id
+
+    async def _summarize_retrieval(
+        self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
+        summarized: list[LiveRow],
+    ) -> tuple[str, str]:
+        """Compaction in a retrieval session: a summary message derived from the older messages, which stay in the
+        store (a prompt holds only what retrieval picks, so nothing needs to leave it). Its parents are its sources,
+        so deleting one reaches it, and a forget regenerates it from the rest. Returns (its id, its text)."""
+        sources = [
+            artifacts_repo.Neighbor(r.id, r.kind, r.turn, position, r.content, r.source_ids, 0.0)
+            for position, r in enumerate(summarized)
+            if r.kind in retrieval.CONTEXT_KINDS
+        ]
+        if not sources:
+            raise InvalidRequest("nothing to summarize: the older turns hold no messages")
+        preamble_ids, preamble_tokens = retrieval.preamble(log)
+        answer = await retrieval.summarize(
+            engine, self.handles, row.id, row.tenant_id, preamble_tokens, sources,
+            lambda room: sampling_for(row.sampling, turn, room),
+        )
+        outcome = Outcome([answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)
+        parents = RetrievedContext(preamble_ids, [m.id for m in sources])
+        records = plan_records(row.tenant_id, row.id, turn, log, [answer.reply], outcome, parents)
+        await self._write(tx, row, turn, records)
+        summary = records.artifacts[0]
+        await artifacts_repo.set_embeddings(tx, {summary["id"]: (await self.embedder.embed([summary["content"]]))[0]})
+        return summary["id"], summary["content"]
 
     async def _auto_compact(self, tx: AsyncSession, engine: KVEngine, row: AgentSession) -> None:
         """Over the session's token budget (`compaction.max_tokens`), compact as the next transition."""

@@ -76,14 +76,17 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 240) -> dict[st
         time.sleep(0.1)  # polling the job as a client would
 
 
-def tables_holding(database_url: str, needle: str) -> list[str]:
+def tables_holding(database_url: str, needle: str, within: str | None = None) -> list[str]:
     """Every table (of the public schema) with a row whose text form contains `needle`: a dump of the database,
-    searched. Case-insensitive, so a re-cased copy counts too."""
+    searched. Case-insensitive, so a re-cased copy counts too. With `within` (a session id), only rows that name it
+    count: other tests' sessions on the shared database may hold the same words."""
     names = [r["tablename"] for r in sql(database_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
     found = []
     for name in names:
         query = f'SELECT count(*) AS n FROM "{name}" t WHERE strpos(lower(t::text), lower($1)) > 0'
-        rows = sql(database_url, query, needle)
+        if within is not None:
+            query += " AND strpos(t::text, $2) > 0"
+        rows = sql(database_url, query, needle, *([within] if within is not None else []))
         if rows[0]["n"]:
             found.append(name)
     return found

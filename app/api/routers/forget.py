@@ -40,8 +40,8 @@ async def create_forget(
     view = await forget.submit(
         principal.tenant_id,
         Submission(
-            target=body.target.model_dump(exclude_none=True), strategy=body.strategy, dry_run=body.dry_run,
-            wait=body.wait, reason=body.reason,
+            target=None if body.target is None else body.target.model_dump(exclude_none=True),
+            strategy=body.strategy, dry_run=body.dry_run, wait=body.wait, reason=body.reason, plan_id=body.plan_id,
         ),
     )
     if view.finished:

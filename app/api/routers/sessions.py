@@ -9,6 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.problems import problem_doc
+from app.api.routers.forget import job_out
 from app.api.schemas.sessions import (
     ArtifactList,
     ArtifactOut,
@@ -29,10 +30,15 @@ from app.api.schemas.sessions import (
     TurnOut,
     TurnRequest,
     UsageOut,
+    UserInput,
 )
 from app.api.sse import stream_turn
 from app.engine.protocol import TokenSink
-from app.errors import InvalidRequest, NotImplementedYet
+from app.errors import InvalidRequest
+from app.forget.requests import DeletionRequest
+from app.forget.requests import parse as parse_deletion_request
+from app.forget.service import JobView
+from app.forget.wiring import forget_service
 from app.runtime.blocks import Observation
 from app.runtime.session import ArtifactView, SessionConfig, SessionService, SessionView, TurnResult
 from app.runtime.tools import normalize as normalize_tools
@@ -51,7 +57,8 @@ TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 def get_sessions(container: ContainerDep) -> SessionService:
     # Cheap per request: the long-lived parts (database, engine, this process's cache handles) are shared.
     return SessionService(
-        container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s
+        container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s,
+        embedder=container.embedder,
     )
 
 
@@ -114,18 +121,26 @@ def _tools(specs: list[ToolSpec]) -> list[dict[str, Any]]:
         raise InvalidRequest(str(exc)) from None
 
 
-def _reject_unbuilt(body: SessionCreate) -> None:
-    """Options the runtime does not honour yet answer 501 rather than being accepted and silently ignored."""
-    if body.context_policy == "retrieval":
-        raise NotImplementedYet("the retrieval context policy is not built yet; use context_policy: full")
+def _check_retrieval(body: SessionCreate) -> None:
+    """What a retrieval session cannot honour is refused, not silently ignored: its replies are single prompts built
+    from retrieved messages, so there is no tool loop continuing a reply, and no prompt that grows past a budget."""
+    if body.context_policy != "retrieval":
+        return
+    if body.tools:
+        raise InvalidRequest("tools need context_policy: full (a retrieval session answers each turn in one prompt)")
+    if body.compaction.max_tokens:
+        raise InvalidRequest(
+            "compaction.max_tokens needs context_policy: full (a retrieval session's prompt does not grow); "
+            "POST /compact still summarizes a retrieval session"
+        )
 
 
 @router.post(
     "", status_code=201, response_model=SessionOut, summary="Create a session",
-    responses={501: problem_doc("An option that is not built yet (the retrieval policy)")},
+    responses={422: problem_doc("Invalid options, or options the retrieval policy cannot honour (tools)")},
 )
 async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
-    _reject_unbuilt(body)
+    _check_retrieval(body)
     if body.compaction.write_back and body.memory_namespace is None:
         raise InvalidRequest("compaction.write_back needs a memory_namespace")
     config = SessionConfig(
@@ -167,8 +182,12 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 @router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_RESPONSES)
 async def post_turn(
-    id: str, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep
+    id: str, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep
 ) -> TurnOut | StreamingResponse:
+    request = _deletion_request(body)
+    if request is not None:  # answered with a plan; never a transition, never stored
+        plan = await forget_service(container).propose(principal.tenant_id, id, request)
+        return _plan_out(await sessions.get(principal.tenant_id, id), plan)
     observations = [_observation(i) for i in body.inputs]
     if body.stream and body.generate:
         async def run(on_tokens: TokenSink) -> TurnOut:
@@ -176,6 +195,31 @@ async def post_turn(
 
         return await stream_turn(run, sessions.chat())
     return _turn_out(await sessions.turn(principal.tenant_id, id, observations, body.generate))
+
+
+def _deletion_request(body: TurnRequest) -> DeletionRequest | None:
+    """A turn that is one user message asking, in plain words, to forget something (app/forget/requests.py)."""
+    if not body.generate or len(body.inputs) != 1 or not isinstance(body.inputs[0], UserInput):
+        return None
+    return parse_deletion_request(body.inputs[0].content)
+
+
+def _plan_out(view: SessionView, plan: JobView | None) -> TurnOut:
+    if plan is None:
+        text = "Nothing in this conversation matches that, so there is nothing to forget."
+    else:
+        entry = plan.sessions[0]
+        matched = sum(1 for t in entry["trace"] if t["why"] == "target")
+        derived = len(entry["trace"]) - matched
+        text = (
+            f"I can forget {matched} message(s) and {derived} artifact(s) derived from them. Nothing is deleted yet: "
+            f'confirm with POST /v1/forget {{"plan_id": "{plan.id}"}}.'
+        )
+    return TurnOut(
+        turn=view.row.turns, epoch=view.row.epoch, inputs=[], reply=ReplyOut(artifact_id=None, content=text),
+        usage=UsageOut(prompt_tokens=0, reused_tokens=0, prefill_tokens=0, decode_tokens=0, closing_tokens=0),
+        forget_plan=None if plan is None else job_out(plan),
+    )
 
 
 def _turn_out(result: TurnResult) -> TurnOut:

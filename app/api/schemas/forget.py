@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -11,7 +11,7 @@ from app.api.schemas.common import RequestModel
 
 Strategy = Literal[
     "selective_replay", "full_reset", "delete_dependents", "no_forget", "memory_delete", "forget_instruction",
-    "source_redaction", "sanitize_no_replay", "sanitized_rebuild", "ifc", "ifc_replay",
+    "source_redaction", "sanitize_no_replay", "sanitized_rebuild", "ifc", "ifc_replay", "semantic_deletion",
 ]
 
 
@@ -21,33 +21,58 @@ class MemoryRef(RequestModel):
 
 
 class ForgetTarget(RequestModel):
-    """Exactly one target form: an artifact, a text span in a session, a memory record, or a semantic query."""
+    """Exactly one target form: an artifact, a set of artifacts, a text span in a session, a memory record, a keyword
+    or a semantic query."""
 
     artifact_id: str | None = Field(default=None, min_length=1, max_length=64)
+    artifact_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None, min_length=1, max_length=1000,
+        description="DeLLM's M by id: these artifacts of `session_id` (observations dropped, outputs' dependents "
+        "with them)",
+    )
     session_id: str | None = Field(default=None, min_length=1, max_length=64)
     text: str | None = Field(default=None, min_length=1, max_length=100_000)
     memory: MemoryRef | None = None
+    keyword: str | None = Field(
+        default=None, min_length=1, max_length=1000,
+        description="The session's observations matching it under PostgreSQL full-text search (English stemming, "
+        "web-search syntax: `guitar`, `\"live in Paris\"`, `guitar or piano`)",
+    )
     query: str | None = Field(default=None, min_length=1, max_length=10_000)
     min_similarity: float | None = Field(default=None, ge=-1.0, le=1.0)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ForgetTarget:
-        forms = [self.artifact_id is not None, self.text is not None, self.memory is not None, self.query is not None]
-        if sum(forms) != 1:
-            raise ValueError("give exactly one of artifact_id, text (with session_id), memory, query (with session_id)")
-        if (self.text is not None or self.query is not None) and self.session_id is None:
-            raise ValueError("text and query targets need session_id")
+        forms = [self.artifact_id, self.artifact_ids, self.text, self.memory, self.keyword, self.query]
+        if sum(form is not None for form in forms) != 1:
+            raise ValueError(
+                "give exactly one of artifact_id, artifact_ids, text, memory, keyword, query "
+                "(all but artifact_id and memory with session_id)"
+            )
+        if (self.text or self.query or self.keyword or self.artifact_ids) is not None and self.session_id is None:
+            raise ValueError("artifact_ids, text, keyword and query targets need session_id")
         if self.min_similarity is not None and self.query is None:
             raise ValueError("min_similarity applies only to a query target")
         return self
 
 
 class ForgetRequest(RequestModel):
-    target: ForgetTarget
-    strategy: Strategy = "selective_replay"
+    target: ForgetTarget | None = None
+    plan_id: str | None = Field(
+        default=None, min_length=1, max_length=64,
+        description="Confirm a plan a deletion request in plain words produced (a job in status `planned`) "
+        "instead of giving a target",
+    )
+    strategy: Strategy | None = Field(default=None, description="Default: the plan's, else `selective_replay`")
     dry_run: bool = False
     wait: bool = False
     reason: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _target_or_plan(self) -> ForgetRequest:
+        if (self.target is None) == (self.plan_id is None):
+            raise ValueError("give exactly one of target and plan_id")
+        return self
 
 
 class TokensOut(BaseModel):
@@ -100,10 +125,13 @@ class PendingCall(BaseModel):
 
 class ForgetJobOut(BaseModel):
     id: str
-    status: Literal["queued", "running", "succeeded", "failed", "needs_input"]
+    status: Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] = Field(
+        description="`planned`: a plan from a deletion request in plain words, waiting for `plan_id` to confirm it"
+    )
     strategy: str
     target: dict[str, Any] = Field(
-        description="The target; a text target's text is replaced by its length once the job ends"
+        description="The target; a text, keyword or query target's words are replaced by their length once the "
+        "job ends"
     )
     dry_run: bool = False
     reason: str | None = None

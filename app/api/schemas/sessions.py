@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from app.api.schemas.common import RequestModel
+from app.api.schemas.forget import ForgetJobOut
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 
@@ -111,7 +112,9 @@ class InputRef(BaseModel):
 
 
 class ReplyOut(BaseModel):
-    artifact_id: str
+    artifact_id: str | None = Field(
+        description="The reply's artifact; null for the answer to a deletion request, which is never stored"
+    )
     content: str
     tool_calls: list[ToolCallOut] = Field(default_factory=list)
     finish_reason: Literal["stop", "length"] | None = None
@@ -135,6 +138,12 @@ class TurnOut(BaseModel):
     inputs: list[InputRef]
     reply: ReplyOut | None
     usage: UsageOut
+    forget_plan: ForgetJobOut | None = Field(
+        default=None,
+        description="Set when the turn was a deletion request in plain words (\"Forget that I live in Paris\"): the "
+        "plan (status `planned`), which nothing runs until `POST /v1/forget {\"plan_id\"}` confirms it. Such a turn "
+        "takes no transition and stores nothing (`turn` is the session's current count, `inputs` is empty).",
+    )
 
 
 ArtifactKind = Literal[

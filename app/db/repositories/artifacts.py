@@ -218,18 +218,22 @@ async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> N
 
 
 async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> None:
-    """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are."""
+    """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are.
+
+    A row whose content changed must say what its embedding becomes (`embedding`: the new vector, or None to have it
+    recomputed on demand): the old vector would keep the forgotten text's meaning searchable."""
     for row in rows:
+        values = {
+            "content": row["content"],
+            "token_ids": row["token_ids"],
+            "token_start": row["token_start"],
+            "token_end": row["token_end"],
+            "meta": row["meta"],
+        }
+        if "embedding" in row:
+            values["embedding"] = row["embedding"]
         await db.execute(
-            update(Artifact)
-            .where(Artifact.session_id == session_id, Artifact.id == row["id"])
-            .values(
-                content=row["content"],
-                token_ids=row["token_ids"],
-                token_start=row["token_start"],
-                token_end=row["token_end"],
-                meta=row["meta"],
-            )
+            update(Artifact).where(Artifact.session_id == session_id, Artifact.id == row["id"]).values(**values)
         )
 
 
@@ -245,6 +249,87 @@ async def sessions_with_memory(db: AsyncSession, tenant_id: str, namespace: str,
         )
         .distinct()
         .order_by(Artifact.session_id)
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """A stored message as retrieval returns it."""
+
+    id: str
+    kind: str
+    turn: int
+    position: int
+    content: str
+    source_ids: list[str]
+    similarity: float
+
+
+async def nearest_messages(
+    db: AsyncSession,
+    session_id: str,
+    vector: list[float],
+    *,
+    kinds: Sequence[str],
+    before_turn: int,
+    top_k: int,
+    min_similarity: float,
+    exclude: Sequence[str] = (),
+) -> list[Neighbor]:
+    """The `top_k` live messages of transitions before `before_turn` most similar to `vector` (cosine, at least
+    `min_similarity`), nearest first, ties broken by log order. An exact scan of the session's rows (they are found by
+    the session index): exact top-k is what makes a reply's context reproducible, and an approximate index filtered
+    to one session can return fewer than k rows."""
+    distance = Artifact.embedding.cosine_distance(vector)
+    stmt = (
+        select(
+            Artifact.id, Artifact.kind, Artifact.turn, Artifact.position, Artifact.content, Artifact.source_ids,
+            (1.0 - distance).label("similarity"),
+        )
+        .where(
+            Artifact.session_id == session_id,
+            Artifact.archived_by.is_(None),
+            Artifact.kind.in_(list(kinds)),
+            Artifact.turn < before_turn,
+            Artifact.embedding.is_not(None),
+            distance <= 1.0 - min_similarity,
+        )
+        .order_by(distance, Artifact.position)
+        .limit(top_k)
+    )
+    if exclude:
+        stmt = stmt.where(Artifact.id.not_in(list(exclude)))
+    return [
+        Neighbor(r.id, r.kind, r.turn, r.position, r.content, list(r.source_ids), float(r.similarity))
+        for r in (await db.execute(stmt)).all()
+    ]
+
+
+async def unembedded(db: AsyncSession, session_id: str, kinds: Sequence[str]) -> list[Artifact]:
+    """Live artifacts of `kinds` without an embedding (new, or rewritten by a forget)."""
+    stmt = select(Artifact).where(
+        Artifact.session_id == session_id,
+        Artifact.archived_by.is_(None),
+        Artifact.embedding.is_(None),
+        Artifact.kind.in_(list(kinds)),
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def keyword_matches(db: AsyncSession, session_id: str, keyword: str, kinds: Sequence[str]) -> list[str]:
+    """Live artifacts of `kinds` matching `keyword` under PostgreSQL full-text search (English stemming, web-search
+    syntax: `guitar`, `"live in Paris"`, `guitar or piano`), in log order."""
+    query = func.websearch_to_tsquery("english", keyword)
+    stmt = (
+        select(Artifact.id)
+        .where(
+            Artifact.session_id == session_id,
+            Artifact.archived_by.is_(None),
+            Artifact.kind.in_(list(kinds)),
+            func.to_tsvector("english", Artifact.content).op("@@")(query),
+        )
+        .order_by(Artifact.position)
     )
     return list((await db.execute(stmt)).scalars())
 

@@ -142,6 +142,18 @@ async def park(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
     )
 
 
+async def confirm_plan(db: AsyncSession, tenant_id: str, job_id: str, strategy: str, reason: str | None) -> bool:
+    """A planned job becomes queued (its plan, kept in the receipt, gives way to the receipt to come); False when it
+    was confirmed already."""
+    stmt = (
+        update(ForgetJob)
+        .where(ForgetJob.tenant_id == tenant_id, ForgetJob.id == job_id, ForgetJob.status == "planned")
+        .values(status="queued", strategy=strategy, reason=reason, receipt={})
+        .returning(ForgetJob.id)
+    )
+    return (await db.execute(stmt)).first() is not None
+
+
 async def requeue_with(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
     await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(status="queued", receipt=receipt))
 

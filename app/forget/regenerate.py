@@ -1,0 +1,244 @@
+"""Forgetting in a retrieval session (DeLLM): remove M, and regenerate or delete what was derived from it.
+
+M is the located target (observations dropped or sanitized, or model outputs named directly) and Dep(M) its closure
+over the exact provenance edges. Walking the store in log order, every model output is kept, deleted, or regenerated
+(a new output with a new id, in the same transition and place, produced exactly as the runtime produces one:
+runtime/retrieval.py, over the store as it now stands: without M, with the outputs regenerated before it):
+
+- `delete` (the paper's deletion, `delete_dependents`): M and Dep(M) are deleted. Summaries are derived messages, not
+  replies: a summary in Dep(M) is regenerated from its remaining sources (deleted when none remain).
+- `selective` (`selective_replay`): every output in Dep(M) \\ M is regenerated, retrieval re-run (it may pick other
+  messages now). An output outside Dep(M) is kept as it is unless its retrieval, re-run over the changed store, now
+  picks a different set of messages (a regenerated reply may rank where an old one did not); then it is regenerated
+  too. The re-check costs a query, not a model call, and makes the result the session that never saw M: an output
+  whose retrieved set is unchanged has the same prompt and the same seed, hence the same tokens.
+- `full` (`full_reset`): every output is regenerated: the reference the selective mode must equal.
+
+A reply whose own turn held nothing but M is deleted (no question is left to answer), like the empty transition a
+full session's forget leaves. The result is a `Rewritten` change (deletions, in-place updates with spans re-tiled and
+sanitized observations re-embedded, inserted rows with their edges and embeddings) swapped in by the service in one
+commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from app.db.models import Artifact
+from app.db.repositories.artifacts import Neighbor
+from app.forget.replay import observation_of
+from app.forget.rewrite import Rewritten
+from app.ids import new_id
+from app.runtime import retrieval
+from app.runtime.blocks import MODEL_KINDS, Block, render
+from app.runtime.context import Node, union_sources
+from app.runtime.transition import sampling_for
+
+if TYPE_CHECKING:  # strategies.py imports this module
+    from app.forget.strategies import SessionWork
+
+Mode = Literal["delete", "selective", "full"]
+
+
+@dataclass
+class _Final:
+    """A row of the store as it will be."""
+
+    id: str
+    kind: str
+    turn: int
+    position: int
+    content: str
+    token_ids: list[int]
+    source_ids: list[str]
+    meta: dict[str, Any]
+    original: Artifact | None  # the stored row it keeps or updates (None: inserted)
+    vector: list[float] | None = None  # a new embedding (inserted or sanitized rows)
+    parents: list[str] = field(default_factory=list)  # inserted rows' provenance
+
+    @classmethod
+    def kept(cls, row: Artifact) -> _Final:
+        return cls(
+            row.id, row.kind, row.turn, row.position, row.content, list(row.token_ids), list(row.source_ids),
+            dict(row.meta or {}), row,
+        )
+
+    def neighbor(self) -> Neighbor:
+        return Neighbor(self.id, self.kind, self.turn, self.position, self.content, self.source_ids, 0.0)
+
+
+async def regenerate(work: SessionWork, mode: Mode) -> Rewritten:
+    return await _Regeneration(work, mode).run()
+
+
+class _Regeneration:
+    def __init__(self, work: SessionWork, mode: Mode) -> None:
+        self.work, self.mode = work, mode
+        session = work.session
+        self.edits = work.located.edits
+        self.sources = set(work.located.sources)
+        self.dep = {t.artifact_id for t in work.closure}
+        self.params = retrieval.Params.of(session.retrieval)
+        preamble = [
+            r for r in work.live_rows if r.turn == 0 and r.kind in retrieval.PREAMBLE_KINDS and r.id not in self.edits
+        ]
+        self.preamble_ids = [r.id for r in preamble]
+        self.preamble_tokens = [t for r in preamble for t in r.token_ids]
+        self.out = Rewritten(system_prompt=session.system_prompt)
+        self.finals: list[_Final] = []
+        self.by_id: dict[str, _Final] = {}  # a stored id → what it became (a regenerated output: its new row)
+        self.fresh: list[retrieval.Fresh] = []  # new versions retrieval must see
+        self.changed: set[str] = set()  # stored versions retrieval must not see: deleted, sanitized, regenerated
+
+    async def run(self) -> Rewritten:
+        for row in self.work.live_rows:
+            if row.kind not in MODEL_KINDS:
+                await self._observation(row)
+            elif row.id in self.sources or (row.id in self.dep and not self._regenerates(row)):
+                self._gone(row)  # M itself, or a dependent this mode deletes
+            elif row.id in self.dep or self.mode == "full" or await self._context_changed(row):
+                await self._remake(row)
+            else:
+                self._keep(_Final.kept(row))
+        self._retile()
+        return self.out
+
+    def _regenerates(self, row: Artifact) -> bool:
+        return self.mode != "delete" or row.kind == "summary"
+
+    async def _observation(self, row: Artifact) -> None:
+        if row.id in self.edits and self.edits[row.id] is None:
+            self._gone(row)
+            return
+        final = _Final.kept(row)
+        if row.id in self.edits:  # sanitized: new text, new tokens, new embedding
+            content = self.edits[row.id] or ""
+            final.content = content
+            final.token_ids = render(self.work.engine.chat, observation_of(row, content)).token_ids
+            final.vector = (await self.work.embedder.embed([content]))[0]
+            self._replaced(row, final)
+        self._keep(final)
+
+    def _keep(self, final: _Final) -> None:
+        self.finals.append(final)
+        self.by_id[final.original.id if final.original is not None else final.id] = final
+
+    def _gone(self, row: Artifact) -> None:
+        self.out.deleted.append(row.id)
+        self.changed.add(row.id)
+        self._touched(row.turn)
+        if row.kind == "system":
+            self.out.system_prompt = None
+
+    def _replaced(self, row: Artifact, final: _Final) -> None:
+        self.changed.add(row.id)
+        self.fresh.append(retrieval.Fresh(final.neighbor(), final.vector or []))
+        self._touched(row.turn)
+
+    def _touched(self, turn: int) -> None:
+        self.out.first_turn = turn if self.out.first_turn is None else min(self.out.first_turn, turn)
+
+    def _own(self, turn: int) -> list[_Final]:
+        """The observations of transition `turn` as they now stand: what its reply answers."""
+        return [f for f in self.finals if f.turn == turn and f.kind not in MODEL_KINDS]
+
+    async def _context_changed(self, row: Artifact) -> bool:
+        """Would this output (outside Dep(M)) see another context in the store as it now stands?"""
+        if not self.changed:
+            return False
+        meta = row.meta or {}
+        if row.kind == "summary":
+            return any(i in self.changed for i in meta.get("summarized", []))
+        own = self._own(row.turn)
+        if not own:
+            return True
+        before = {str(m["id"]) for m in meta.get("retrieved", [])}
+        now = await self._retrieve(row.turn, own)
+        return before != {m.id for m in now}
+
+    async def _retrieve(self, turn: int, own: Sequence[_Final]) -> list[Neighbor]:
+        blocks = [Block(f.kind, f.content, f.token_ids) for f in own]
+        query = (await self.work.embedder.embed([retrieval.query_text(blocks)]))[0]
+        return await retrieval.retrieve(
+            self.work.tx, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed),
+            fresh=self.fresh,
+        )
+
+    async def _remake(self, row: Artifact) -> None:
+        """Regenerate output `row` over the store as it now stands (deleted when nothing is left to derive it from)."""
+        work, session = self.work, self.work.session
+
+        def sampling_of(room: int | None) -> Any:
+            return sampling_for(session.sampling, row.turn, room)
+
+        own: list[_Final] = []
+        if row.kind == "summary":
+            summarized = [self.by_id[i] for i in (row.meta or {}).get("summarized", []) if i in self.by_id]
+            if not summarized:
+                self._gone(row)
+                return
+            context = [f.neighbor() for f in summarized]
+            answer = await retrieval.summarize(
+                work.engine, work.handles, session.id, session.tenant_id, self.preamble_tokens, context, sampling_of
+            )
+        else:
+            own = self._own(row.turn)
+            if not own:
+                self._gone(row)
+                return
+            context = await self._retrieve(row.turn, own)
+            answer = await retrieval.respond(
+                work.engine, work.handles, session.id, session.tenant_id, self.preamble_tokens, context,
+                [Block(f.kind, f.content, f.token_ids) for f in own], sampling_of,
+            )
+        known = {f.id: f for f in self.finals}
+        parents = [*self.preamble_ids, *(m.id for m in context), *(f.id for f in own)]
+        nodes = [Node(p, known[p].kind, tuple(known[p].source_ids)) for p in parents if p in known]
+        meta = dict(answer.reply.meta)
+        if answer.finish_reason is not None:
+            meta["finish_reason"] = answer.finish_reason
+        made = _Final(
+            id=new_id("art"), kind=row.kind, turn=row.turn, position=row.position, content=answer.reply.content,
+            token_ids=list(answer.reply.token_ids), source_ids=union_sources(nodes), meta=meta, original=None,
+            vector=(await work.embedder.embed([answer.reply.content]))[0], parents=[n.id for n in nodes],
+        )
+        self.out.deleted.append(row.id)
+        self._replaced(row, made)
+        self.finals.append(made)
+        self.by_id[row.id] = made
+        self.out.transitions += 1
+        self.out.prefilled += answer.usage.prefill_tokens
+        self.out.reused += answer.usage.reused_tokens
+        self.out.decoded += answer.usage.decode_tokens
+
+    def _retile(self) -> None:
+        """Spans from token 0 over the store as it will be: the rows to update and to insert, and the new edges."""
+        session = self.work.session
+        offset = 0
+        for final in self.finals:
+            start, end = offset, offset + len(final.token_ids)
+            offset = end
+            original = final.original
+            if original is None:
+                self.out.inserted.append({
+                    "id": final.id, "tenant_id": session.tenant_id, "session_id": session.id,
+                    "position": final.position, "kind": final.kind, "turn": final.turn, "content": final.content,
+                    "token_start": start, "token_end": end, "token_ids": final.token_ids,
+                    "source_ids": final.source_ids, "committed": False, "archived_by": None, "meta": final.meta,
+                    "embedding": final.vector,
+                })
+                self.out.edges.extend(
+                    {"session_id": session.id, "parent_id": p, "child_id": final.id, "turn": final.turn}
+                    for p in final.parents
+                )
+            elif final.content != original.content or start != original.token_start:
+                update: dict[str, Any] = {
+                    "id": final.id, "content": final.content, "token_ids": final.token_ids, "token_start": start,
+                    "token_end": end, "meta": final.meta,
+                }
+                if final.vector is not None:
+                    update["embedding"] = final.vector
+                self.out.updated.append(update)
+        self.out.token_count = offset

@@ -1,0 +1,228 @@
+"""Forgetting in retrieval sessions (DeLLM): M matched by id, text, keyword or meaning; Dep(M) deleted or regenerated;
+selective regeneration equal to the session that never saw M; summaries rebuilt from their remaining sources; the
+semantic-deletion baseline; forgets racing turns."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.embeddings import Embedder
+from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
+from tests.processes import ServeProcess
+from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
+from tests.support import problem, sql
+
+PARIS = "I live in Paris."
+
+
+def live_ids(client: httpx.Client, session_id: str) -> set[str]:
+    return {a["id"] for a in artifacts(client, session_id)}
+
+
+def assert_no_dangling_parents(items: list[dict[str, Any]]) -> None:
+    """Every parent of a live artifact is live: nothing derived from a deleted message survives it."""
+    live = {a["id"] for a in items}
+    for item in items:
+        assert set(item["parents"]) <= live, item
+
+
+def test_delete_dependents_removes_the_message_and_only_what_saw_it(client: httpx.Client, database_url: str) -> None:
+    session_id, ids = retrieval_session(client, PERSONA, top_k=2)
+    dep = descendants(client, session_id, ids["paris"])
+    plan = forget(client, {"artifact_id": ids["paris"]}, strategy="delete_dependents", dry_run=True)
+    trace = {t["artifact_id"]: t["why"] for t in plan["sessions"][0]["trace"]}
+    assert trace[ids["paris"]] == "target"
+    assert set(trace) == dep | {ids["paris"]} and ids["home.reply"] in trace and ids["music.reply"] not in trace
+    assert live_ids(client, session_id) >= set(trace)  # a dry run changes nothing
+
+    job = forget(client, {"artifact_id": ids["paris"]}, strategy="delete_dependents", wait=True)
+    assert job["status"] == "succeeded", job
+    items = artifacts(client, session_id)
+    live = {a["id"] for a in items}
+    assert not live & set(trace)
+    assert {ids["guitar"], ids["guitar.reply"], ids["home"], ids["music"], ids["music.reply"]} <= live
+    assert not any("paris" in a["content"].lower() for a in items)
+    assert_tiles(items)
+    assert_no_dangling_parents(items)
+    assert tables_holding(database_url, "live in Paris", within=session_id) == []
+
+
+def test_selective_replay_equals_the_session_that_never_saw_the_message(client: httpx.Client) -> None:
+    """Regenerating Dep(M) (and what would now retrieve otherwise) gives the counterfactual session, and equals a
+    full reset; the replies that never saw M keep their ids."""
+    contaminated, ids = retrieval_session(client, PERSONA, top_k=2)
+    reset, _ = retrieval_session(client, PERSONA, top_k=2)
+    clean, _ = retrieval_session(client, [], top_k=2)
+    empty = client.post(f"/v1/sessions/{clean}/turns", json={"inputs": [], "generate": False})
+    assert empty.status_code == 200
+    for _, text in PERSONA[1:]:
+        say(client, clean, text)
+
+    replayed = forget(client, {"artifact_id": ids["paris"]}, wait=True)
+    assert replayed["status"] == "succeeded", replayed
+    paris_in_reset = next(a["id"] for a in artifacts(client, reset) if a["content"] == PARIS)
+    full = forget(client, {"artifact_id": paris_in_reset}, strategy="full_reset", wait=True)
+    assert full["status"] == "succeeded", full
+
+    expected = shape(artifacts(client, clean))
+    assert shape(artifacts(client, contaminated)) == expected
+    assert shape(artifacts(client, reset)) == expected
+    items = artifacts(client, contaminated)
+    live = {a["id"] for a in items}
+    assert ids["music.reply"] in live and ids["home.reply"] not in live and ids["paris.reply"] not in live
+    assert_no_dangling_parents(items)
+    assert ids["paris"] not in {p for a in items for p in a["parents"]}
+    # Selective regeneration made fewer model calls than regenerating every output.
+    assert 1 <= replayed["sessions"][0]["transitions_replayed"] < full["sessions"][0]["transitions_replayed"]
+    assert replayed["sessions"][0]["tokens"]["decoded"] < full["sessions"][0]["tokens"]["decoded"]
+
+
+def test_text_target_sanitizes_the_message_and_re_embeds_it(client: httpx.Client, database_url: str) -> None:
+    messages = [("code", "My locker code is 4417-XK and I like green tea."), ("tea", "What do I like to drink?")]
+    session_id, ids = retrieval_session(client, messages, top_k=2)
+    before = sql(database_url, "SELECT embedding::text AS e FROM artifacts WHERE id = $1", ids["code"])[0]["e"]
+    job = forget(client, {"session_id": session_id, "text": "4417-XK"}, strategy="delete_dependents", wait=True)
+    assert job["status"] == "succeeded", job
+    items = {a["id"]: a for a in artifacts(client, session_id)}
+    assert items[ids["code"]]["content"] == "My locker code is  and I like green tea."
+    assert ids["code.reply"] not in items  # it answered the original message
+    after = sql(database_url, "SELECT embedding::text AS e FROM artifacts WHERE id = $1", ids["code"])[0]["e"]
+    assert after is not None and after != before  # the vector of the forgotten text is gone with it
+    assert tables_holding(database_url, "4417-XK") == []
+
+
+def test_keyword_target_uses_full_text_search(client: httpx.Client) -> None:
+    session_id, ids = retrieval_session(client, PERSONA, top_k=2)
+    plan = forget(client, {"session_id": session_id, "keyword": "guitars"}, strategy="delete_dependents", dry_run=True)
+    targets = {t["artifact_id"] for t in plan["sessions"][0]["trace"] if t["why"] == "target"}
+    assert targets == {ids["guitar"]}  # stemming: "guitars" matches "guitar"; replies follow through the closure
+    job = forget(client, {"session_id": session_id, "keyword": "guitars"}, strategy="delete_dependents", wait=True)
+    assert job["status"] == "succeeded" and job["target"]["keyword"] is None and job["target"]["keyword_length"] == 7
+    live = live_ids(client, session_id)
+    assert ids["guitar"] not in live and ids["music.reply"] not in live and ids["paris"] in live
+
+
+def test_semantic_deletion_baseline_deletes_by_similarity_alone(client: httpx.Client) -> None:
+    session_id, ids = retrieval_session(client, PERSONA, top_k=2)
+    before = [a for a in artifacts(client, session_id) if a["kind"] != "system"]
+    query = "I live in Paris"
+    vectors = asyncio.run(Embedder().embed([query, *(a["content"] for a in before)]))
+    scores = [sum(x * y for x, y in zip(v, vectors[0], strict=True)) for v in vectors[1:]]
+    similar = {a["id"] for a, score in zip(before, scores, strict=True) if score >= 0.6}
+    job = forget(client, {"session_id": session_id, "query": query, "min_similarity": 0.6},
+                 strategy="semantic_deletion", wait=True)
+    assert job["status"] == "succeeded", job
+    live = live_ids(client, session_id)
+    # No provenance: exactly what was similar went, whether or not it derived from the message.
+    assert {a["id"] for a in before} - live == similar
+    assert ids["paris"] in similar and ids["guitar"] in live
+    problem(client.post("/v1/forget", json={"target": {"artifact_id": ids["guitar"]},
+                                            "strategy": "semantic_deletion"}), 422)
+
+
+def test_summary_is_regenerated_from_its_remaining_sources(client: httpx.Client) -> None:
+    session_id, ids = retrieval_session(client, PERSONA[:2], top_k=2)
+    compacted = client.post(f"/v1/sessions/{session_id}/compact", json={"keep_last_turns": 0})
+    assert compacted.status_code == 200, compacted.text
+    summary = next(a for a in artifacts(client, session_id) if a["kind"] == "summary")
+    assert {ids["paris"], ids["guitar"]} <= set(summary["parents"])
+    assert ids["paris"] in live_ids(client, session_id)  # a retrieval session's summary archives nothing
+
+    job = forget(client, {"artifact_id": ids["paris"]}, strategy="delete_dependents", wait=True)
+    assert job["status"] == "succeeded", job
+    items = artifacts(client, session_id)
+    summaries = [a for a in items if a["kind"] == "summary"]
+    assert len(summaries) == 1 and summaries[0]["id"] != summary["id"]
+    assert ids["guitar"] in summaries[0]["parents"] and ids["paris"] not in summaries[0]["parents"]
+    assert ids["paris.reply"] not in summaries[0]["parents"]
+    assert_no_dangling_parents(items)
+
+
+def test_memory_cascade_regenerates_the_replies_that_retrieved_the_record(client: httpx.Client) -> None:
+    namespace = "retrieval-cascade"
+    put = client.put(f"/v1/memory/{namespace}/home", json={"value": PARIS, "source": "user"},
+                     headers={"If-None-Match": "*"})
+    assert put.status_code in (200, 201), put.text
+    session_id, ids = retrieval_session(client, PERSONA[2:], top_k=2, memory_namespace=namespace)
+    memory = next(a for a in artifacts(client, session_id) if a["kind"] == "memory")
+    assert memory["id"] in next(a for a in artifacts(client, session_id) if a["id"] == ids["home.reply"])["parents"]
+    deleted = client.delete(f"/v1/memory/{namespace}/home")
+    assert deleted.status_code == 200, deleted.text
+    job = wait_job(client, deleted.json()["forget_id"])
+    assert job["status"] == "succeeded", job
+    items = artifacts(client, session_id)
+    assert not any(a["kind"] == "memory" for a in items)
+    assert ids["home.reply"] not in {a["id"] for a in items}  # regenerated without the record
+    assert any(a["kind"] == "assistant" and a["turn"] == 1 for a in items)
+    assert_no_dangling_parents(items)
+
+
+def test_turns_racing_a_forget_never_keep_what_it_removed(client: httpx.Client, database_url: str) -> None:
+    session_id, ids = retrieval_session(client, PERSONA[:2], top_k=3)
+    replies: list[httpx.Response] = []
+
+    def ask() -> None:
+        with httpx.Client(base_url=str(client.base_url), headers=client.headers, timeout=120) as other:
+            replies.append(other.post(f"/v1/sessions/{session_id}/turns",
+                                      json={"inputs": [{"type": "user", "content": "Where do I live?"}]}))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    submitted = client.post("/v1/forget", json={"target": {"artifact_id": ids["paris"]},
+                                                "strategy": "delete_dependents"})
+    assert submitted.status_code == 202, submitted.text
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    job = wait_job(client, submitted.json()["id"])
+    assert job["status"] == "succeeded", job
+    assert all(r.status_code in (200, 409) for r in replies), [r.text for r in replies]
+    items = artifacts(client, session_id)
+    assert ids["paris"] not in {a["id"] for a in items}
+    assert_no_dangling_parents(items)
+    # A turn that ran before the forget and retrieved the message went with it; one after could not retrieve it.
+    for reply in (r.json()["reply"] for r in replies if r.status_code == 200):
+        kept = next((a for a in items if a["id"] == reply["artifact_id"]), None)
+        assert kept is None or ids["paris"] not in kept["parents"]
+    assert tables_holding(database_url, "live in Paris", within=session_id) == []
+
+
+def test_forget_strategies_a_retrieval_session_cannot_take_answer_422(client: httpx.Client) -> None:
+    _, ids = retrieval_session(client, PERSONA[:1], top_k=2)
+    for strategy in ("forget_instruction", "ifc", "ifc_replay"):
+        body = problem(client.post("/v1/forget", json={"target": {"artifact_id": ids["paris"]}, "strategy": strategy}),
+                       422)
+        assert "retrieval" in body["detail"]
+
+
+def test_two_api_processes_share_a_retrieval_session(
+    client: httpx.Client, database_url: str, tmp_path: Path
+) -> None:
+    """Turns alternate between this server and a second `lethe serve` on the same database, and the plan made on
+    one is confirmed on the other: the store and its provenance are the truth; neither process's cache is trusted."""
+    other = ServeProcess(database_url, tmp_path)
+    try:
+        other.wait_ready()
+        with httpx.Client(base_url=other.url, headers=client.headers, timeout=120) as second:
+            session_id, ids = retrieval_session(client, PERSONA[:2], top_k=2)
+            home = say(second, session_id, PERSONA[2][1])  # retrieves the Paris message stored by the first process
+            assert ids["paris"] in next(a for a in artifacts(second, session_id)
+                                        if a["id"] == home["reply"]["artifact_id"])["parents"]
+            plan = say(client, session_id, "Forget that I live in Paris")["forget_plan"]
+            confirmed = second.post("/v1/forget", json={"plan_id": plan["id"], "strategy": "delete_dependents"})
+            assert confirmed.status_code in (200, 202), confirmed.text
+            job = wait_job(client, plan["id"])
+            assert job["status"] == "succeeded", job
+            music = say(client, session_id, PERSONA[3][1])
+            items = artifacts(second, session_id)
+            live = {a["id"] for a in items}
+            assert not {ids["paris"], ids["paris.reply"], home["reply"]["artifact_id"]} & live
+            assert music["reply"]["artifact_id"] in live
+            assert_no_dangling_parents(items)
+    finally:
+        other.stop()
