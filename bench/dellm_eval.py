@@ -17,15 +17,19 @@ and is asked the four questions again (after). Systems:
 - `full + semantic_deletion@t`: a full-history session; every artifact at least t similar to the statement is
   deleted (`semantic_deletion`, a query target), no provenance, no regeneration.
 
-Scores, per system, over records: accuracy on the forget question before and after (after is the deletion rate's
-complement: lower is better), mean accuracy on the three retain questions before and after (higher is better); an
-answer is correct when it contains the gold answer (no judge model: we have none offline; the paper's ROUGE-L recall
-table makes the same kind of call). And two scores that do not depend on the model: `residual`, the share of records
-whose live state still holds the forget answer anywhere after the deletion, and `collateral`, the share of retain
-statements deleted with it. Writes bench/results/dellm_eval.json and .md and prints the markdown.
+Scores, per system, over records, before and after the deletion:
 
-With the tiny default model, accuracies are low and noisy even before deletion: read `residual` and `collateral`
-(structural) first, the accuracies second.
+- in context: whether the gold answer was in what the question's reply was generated from (its provenance parents
+  in a retrieval session, the whole live log in a full one). For the forget question this is the deletion rate's
+  complement (lower is better after); for the three retain questions it is the utility the system keeps available
+  (higher is better). It does not depend on the model's skill, only on what the system lets it see;
+- `residual`: the share of records whose live state still holds the forget answer anywhere after the deletion;
+  `collateral`: retain statements deleted with it;
+- accuracy: the reply holds the gold answer (no judge model: we have none offline; the paper's ROUGE-L recall table
+  makes the same kind of call). The tiny default model (SmolLM2-135M) rarely answers these questions even with the
+  fact in its context, so its accuracies are near 0 before deletion too: read the context columns.
+
+Writes bench/results/dellm_eval.json and .md and prints the markdown.
 """
 
 from __future__ import annotations
@@ -61,6 +65,10 @@ class Outcome:
     forget_after: bool
     retain_before: list[bool]
     retain_after: list[bool]
+    forget_context_before: bool  # the forget answer was in the forget question's context
+    forget_context_after: bool
+    retain_context_before: list[bool]
+    retain_context_after: list[bool]
     residual: bool
     collateral: int  # retain statements deleted
     deleted: int  # artifacts the forget removed
@@ -89,8 +97,30 @@ def turn(client: httpx.Client, session_id: str, text: str) -> dict[str, Any]:
     return body
 
 
-def ask(client: httpx.Client, session_id: str, record: Record) -> list[bool]:
-    return [correct(turn(client, session_id, f.question)["reply"]["content"], f.answer) for f in record.qa]
+@dataclass(frozen=True)
+class Asked:
+    correct: list[bool]  # per question (qa order): the reply holds the gold answer
+    in_context: list[bool]  # per question: the gold answer was in what the reply was generated from
+
+
+def ask(client: httpx.Client, session_id: str, record: Record, policy: str) -> Asked:
+    answers, contexts = [], []
+    for fact in record.qa:
+        reply = turn(client, session_id, fact.question)["reply"]
+        answers.append(correct(reply["content"], fact.answer))
+        contexts.append(any(correct(text, fact.answer) for text in context_of(client, session_id, reply, policy)))
+    return Asked(answers, contexts)
+
+
+def context_of(client: httpx.Client, session_id: str, reply: dict[str, Any], policy: str) -> list[str]:
+    """What a reply was generated from: its provenance parents in a retrieval session; in a full session, the whole
+    live log before it (its stored parents are only the transitive reduction of that prefix)."""
+    items = live(client, session_id)
+    index = next(i for i, a in enumerate(items) if a["id"] == reply["artifact_id"])
+    if policy == "retrieval":
+        by_id = {a["id"]: a for a in items}
+        return [by_id[p]["content"] for p in items[index]["parents"] if p in by_id]
+    return [a["content"] for a in items[:index]]
 
 
 def live(client: httpx.Client, session_id: str) -> list[dict[str, Any]]:
@@ -136,7 +166,7 @@ def run_one(client: httpx.Client, system: System, record: Record, args: argparse
     ids = {}
     for text in [*record.statements, *record.requests]:
         ids[text] = turn(client, session_id, text)["inputs"][0]["artifact_id"]
-    before = ask(client, session_id, record)
+    before = ask(client, session_id, record, system.policy)
     count = len(live(client, session_id))
     started = time.monotonic()
     job = forget(client, system, session_id, record)
@@ -147,10 +177,11 @@ def run_one(client: httpx.Client, system: System, record: Record, args: argparse
     residual = any(correct(a["content"], record.forget.answer) for a in items)
     collateral = sum(1 for f in record.retain if ids[f.statement] not in kept)
     regenerated = sum(s["transitions_replayed"] for s in job.get("sessions", []))
-    after = ask(client, session_id, record)
+    after = ask(client, session_id, record, system.policy)
     client.delete(f"/v1/sessions/{session_id}")
     return Outcome(
-        system.name, record.index, before[0], after[0], before[1:], after[1:], residual, collateral,
+        system.name, record.index, before.correct[0], after.correct[0], before.correct[1:], after.correct[1:],
+        before.in_context[0], after.in_context[0], before.in_context[1:], after.in_context[1:], residual, collateral,
         max(0, count - len(kept)), regenerated, forget_s, errors,
     )
 
@@ -161,9 +192,9 @@ def pct(values: list[bool]) -> float:
 
 def table(outcomes: list[Outcome], names: list[str]) -> str:
     lines = [
-        "| system | forget acc. before | forget acc. after (lower is better) | retain acc. before | retain acc. after "
-        "| forget answer left in live state | retain statements deleted | artifacts deleted | outputs regenerated "
-        "| forget wall s (median) |",
+        "| system | forget answer in context: before / after (lower is better) | retain answers in context: before / "
+        "after | forget answer left in live state | retain statements deleted | forget acc. before / after "
+        "| retain acc. before / after | artifacts deleted | outputs regenerated | forget wall s (median) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
@@ -171,12 +202,19 @@ def table(outcomes: list[Outcome], names: list[str]) -> str:
         if not rows:
             lines.append(f"| {name} | failed | | | | | | | | |")
             continue
-        retain_before = [v for o in rows for v in o.retain_before]
-        retain_after = [v for o in rows for v in o.retain_after]
+
+        def both(before: list[bool], after: list[bool]) -> str:
+            return f"{pct(before):.0f}% / {pct(after):.0f}%"
+
+        retain_context = both(
+            [v for o in rows for v in o.retain_context_before], [v for o in rows for v in o.retain_context_after]
+        )
         lines.append(
-            f"| {name} | {pct([o.forget_before for o in rows]):.0f}% | {pct([o.forget_after for o in rows]):.0f}% "
-            f"| {pct(retain_before):.0f}% | {pct(retain_after):.0f}% | {pct([o.residual for o in rows]):.0f}% "
-            f"| {sum(o.collateral for o in rows)}/{3 * len(rows)} "
+            f"| {name} | {both([o.forget_context_before for o in rows], [o.forget_context_after for o in rows])} "
+            f"| {retain_context} "
+            f"| {pct([o.residual for o in rows]):.0f}% | {sum(o.collateral for o in rows)}/{3 * len(rows)} "
+            f"| {both([o.forget_before for o in rows], [o.forget_after for o in rows])} "
+            f"| {both([v for o in rows for v in o.retain_before], [v for o in rows for v in o.retain_after])} "
             f"| {statistics.mean(o.deleted for o in rows):.1f} | {statistics.mean(o.regenerated for o in rows):.1f} "
             f"| {statistics.median(o.forget_s for o in rows):.1f} |"
         )
@@ -205,8 +243,8 @@ def main() -> None:
                 try:
                     outcome = run_one(client, system, record, args)
                 except (httpx.HTTPError, RuntimeError, KeyError) as exc:
-                    outcome = Outcome(system.name, record.index, False, False, [], [], False, 0, 0, 0, 0.0,
-                                      [f"{type(exc).__name__}: {exc}"])
+                    outcome = Outcome(system.name, record.index, False, False, [], [], False, False, [], [],
+                                      False, 0, 0, 0, 0.0, [f"{type(exc).__name__}: {exc}"])
                 outcomes.append(outcome)
                 print(f"record {record.index} {system.name}: {asdict(outcome)}", flush=True)
     elapsed = time.monotonic() - started
