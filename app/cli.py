@@ -1,4 +1,4 @@
-"""`lethe serve | migrate | tenant ... | openapi`."""
+"""`lethe serve | migrate | tenant ... | openapi | eval`."""
 
 from __future__ import annotations
 
@@ -141,6 +141,35 @@ def openapi(
         return
     output.write_text(rendered)
     typer.echo(f"wrote {output}")
+
+
+@cli.command("eval")
+def eval_(
+    smoke: Annotated[bool, typer.Option("--smoke", help="The CI form: about two minutes on a 2-core CPU.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="About ten minutes on a 2-core CPU (the default).")] = False,
+    full: Annotated[bool, typer.Option("--full", help="The paper-sized run, for a GPU deployment.")] = False,
+    url: Annotated[str | None, typer.Option(help="A running Lethe (any engine); default: start one.")] = None,
+    api_key: Annotated[str | None, typer.Option(help="An API key of that Lethe (with --url).")] = None,
+    engine: Annotated[str, typer.Option(help="LETHE_ENGINE of the Lethe it starts (without --url).")] = "hf",
+    out: Annotated[Path | None, typer.Option(help="Results directory (default bench/results/eval).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the episodes and sessions.")] = None,
+) -> None:
+    """Run the paper's forgetting audits and benchmarks against Lethe over HTTP; write a markdown report."""
+    # The harness is not part of the installed package: it lives in the checkout beside app/ (bench/eval).
+    checkout = str(Path(__file__).resolve().parents[1])
+    if checkout not in sys.path:
+        sys.path.insert(0, checkout)
+    try:
+        from bench.eval.cli import run_profile
+    except ImportError as exc:  # the harness lives in the source tree and needs the `eval` extra
+        typer.echo(f"lethe eval needs the source checkout and `pip install -e '.[eval]'`: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    if sum((smoke, quick, full)) > 1:
+        typer.echo("choose one of --smoke, --quick, --full", err=True)
+        raise typer.Exit(code=2)
+    name = "smoke" if smoke else "full" if full else "quick"
+    report = run_profile(name, out=out, url=url, api_key=api_key, engine=engine, seed=seed)
+    typer.echo(f"report: {report}")
 
 
 def main() -> None:
