@@ -6,6 +6,7 @@ the last one exits, so two `lethe serve` processes on one data directory talk to
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import warnings
 from pathlib import Path
@@ -25,8 +26,12 @@ def start_embedded_postgres(data_dir: Path) -> str:
             "install the `embedded` extra (make run does) or point LETHE_DATABASE_URL at PostgreSQL with pgvector"
         ) from exc
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(  # type: ignore[attr-defined]
-        data_dir.resolve() / "pg", cleanup_mode="stop")
+    # Processes starting together on one data directory (replicas, `lethe migrate` beside `lethe serve`) take turns:
+    # pgserver's initdb of a new directory is not safe against a second process creating the same one.
+    with open(data_dir / ".pg-start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server = pgserver.get_server(  # type: ignore[attr-defined]
+            data_dir.resolve() / "pg", cleanup_mode="stop")
     uri: str = server.get_uri()
     log.info("embedded postgres ready", extra={"pgdata": str(data_dir / "pg")})
     return uri
