@@ -159,12 +159,25 @@ class _Regeneration:
         return before != {m.id for m in now}
 
     async def _retrieve(self, turn: int, own: Sequence[_Final]) -> list[Neighbor]:
-        blocks = [Block(f.kind, f.content, f.token_ids) for f in own]
-        query = (await self.work.embedder.embed([retrieval.query_text(blocks)]))[0]
+        query = await self._query_vector(own)
         return await retrieval.retrieve(
             self.work.tx, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed),
             fresh=self.fresh,
         )
+
+    async def _query_vector(self, own: Sequence[_Final]) -> list[float]:
+        """What the turn's retrieval searched with, as the runtime computes it: one observation's own vector (its
+        stored one, or the new one of a sanitized message), else the joined text embedded. Re-checking every reply
+        after a change must not embed again what the store already holds."""
+        if len(own) == 1:
+            final = own[0]
+            if final.vector is not None:
+                return final.vector
+            stored = None if final.original is None else final.original.embedding
+            if stored is not None:
+                return [float(x) for x in stored]
+        blocks = [Block(f.kind, f.content, f.token_ids) for f in own]
+        return (await self.work.embedder.embed([retrieval.query_text(blocks)]))[0]
 
     async def _remake(self, row: Artifact) -> None:
         """Regenerate output `row` over the store as it now stands (deleted when nothing is left to derive it from)."""
