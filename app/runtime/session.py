@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import pagination
 from app.container import EngineSlot
 from app.db.models import AgentSession, Artifact
 from app.db.repositories import artifacts as artifacts_repo
@@ -163,6 +164,25 @@ class SessionService:
                 status = "running"
             pending = await artifacts_repo.pending_calls(tx, session_id) if row.tools else []
         return SessionView(row, status, [c for a in pending for c in parse_calls_json(a.content)])
+
+    async def page(
+        self, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, context_policy: str | None
+    ) -> tuple[list[SessionView], str | None]:
+        """A page of the tenant's sessions, newest first, with the status and pending calls `get` reports."""
+        after = None if cursor is None else pagination.decode(cursor)
+        async with self.db.transaction() as tx:
+            rows = await sessions_repo.page(
+                tx, tenant_id, after=after, limit=limit + 1, status=status, context_policy=context_policy
+            )
+            page = rows[:limit]
+            locked = await sessions_repo.locked_ids(tx, tenant_id, [r.id for r in page if r.status == "idle"])
+            views = []
+            for row in page:
+                pending = await artifacts_repo.pending_calls(tx, row.id) if row.tools else []
+                status_now = "running" if row.id in locked else row.status
+                views.append(SessionView(row, status_now, [c for a in pending for c in parse_calls_json(a.content)]))
+        positions = [pagination.Position(r.created_at, r.id) for r in rows]
+        return views, pagination.next_cursor(positions, limit)
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
         async with self._queued(session_id) as deadline, self.db.transaction() as tx:

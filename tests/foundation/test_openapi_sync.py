@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 API_PATHS = [
     "/v1/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}/turns", "/v1/sessions/{id}/artifacts",
     "/v1/sessions/{id}/artifacts/{artifact_id}/descendants", "/v1/sessions/{id}/compact", "/v1/forget",
-    "/v1/forget/{id}", "/v1/webhooks/detector", "/v1/memory/{namespace}/{key}", "/v1/memory/{namespace}:batch",
+    "/v1/forget/{id}", "/v1/webhooks/detector", "/v1/webhooks/deliveries", "/v1/memory/{namespace}/{key}",
+    "/v1/memory/{namespace}:batch",
     "/v1/memory/{namespace}", "/v1/memory/{namespace}/{key}/history", "/healthz", "/readyz", "/metrics",
 ]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.problems import problem_doc
-from app.api.schemas.forget import ForgetJobOut, ForgetRequest, ToolResultForJob
+from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
+from app.forget.listing import page_jobs
 from app.forget.service import ForgetService, JobView, Submission
 from app.forget.wiring import forget_service
 
@@ -49,6 +50,25 @@ async def create_forget(
     if not view.dry_run:  # a plan is not stored
         response.headers["Location"] = f"/v1/forget/{view.id}"
     return job_out(view)
+
+
+@router.get("", response_model=ForgetJobList, summary="The tenant's forget jobs, newest first")
+async def list_forget_jobs(
+    principal: PrincipalDep,
+    container: ContainerDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    status: Annotated[
+        Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] | None, Query()
+    ] = None,
+    session_id: Annotated[
+        str | None, Query(min_length=1, max_length=64, description="Jobs whose target or receipt reaches it")
+    ] = None,
+) -> ForgetJobList:
+    views, next_cursor = await page_jobs(
+        container.db, principal.tenant_id, cursor=cursor, limit=limit, status=status, session_id=session_id
+    )
+    return ForgetJobList(jobs=[job_out(v) for v in views], next_cursor=next_cursor)
 
 
 @router.get("/{id}", response_model=ForgetJobOut, summary="A forget job and its receipt")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
@@ -22,6 +22,7 @@ from app.api.schemas.sessions import (
     RetrievalConfig,
     SamplingConfig,
     SessionCreate,
+    SessionList,
     SessionOut,
     ToolCallOut,
     ToolResultInput,
@@ -154,6 +155,21 @@ async def create_session(body: SessionCreate, principal: PrincipalDep, sessions:
         compaction=body.compaction.model_dump() if body.compaction.max_tokens else {},
     )
     return _session_out(await sessions.create(principal.tenant_id, config))
+
+
+@router.get("", response_model=SessionList, summary="The tenant's sessions, newest first")
+async def list_sessions(
+    principal: PrincipalDep,
+    sessions: SessionsDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    status: Annotated[Literal["idle", "running", "forgetting"] | None, Query()] = None,
+    context_policy: Annotated[Literal["full", "retrieval"] | None, Query()] = None,
+) -> SessionList:
+    views, next_cursor = await sessions.page(
+        principal.tenant_id, cursor=cursor, limit=limit, status=status, context_policy=context_policy
+    )
+    return SessionList(sessions=[_session_out(v) for v in views], next_cursor=next_cursor)
 
 
 @router.get("/{id}", response_model=SessionOut, summary="Get a session")

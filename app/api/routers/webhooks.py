@@ -3,12 +3,15 @@ the bytes itself (a parsed-and-reserialized body would not verify); the schema i
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
 
-from app.api.deps import ContainerDep
+from fastapi import APIRouter, Query, Request
+
+from app.api.deps import ContainerDep, PrincipalDep
 from app.api.problems import problem_doc
-from app.api.schemas.forget import DetectorWebhook, WebhookAccepted
+from app.api.schemas.forget import DeliveryList, DeliveryOut, DetectorWebhook, WebhookAccepted
 from app.forget.wiring import forget_service
+from app.webhooks.deliveries import page_deliveries
 from app.webhooks.service import DetectorWebhooks
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
@@ -45,3 +48,16 @@ async def detector_webhook(request: Request, container: ContainerDep) -> Webhook
     headers = {k.lower(): v for k, v in request.headers.items()}
     webhooks = DetectorWebhooks(container.db, forget_service(container))
     return WebhookAccepted(forget_id=await webhooks.receive(raw, headers))
+
+
+@router.get("/deliveries", response_model=DeliveryList, summary="Detector-webhook deliveries, newest first")
+async def list_deliveries(
+    principal: PrincipalDep,
+    container: ContainerDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+) -> DeliveryList:
+    page, next_cursor = await page_deliveries(container.db, principal.tenant_id, cursor=cursor, limit=limit)
+    return DeliveryList(
+        deliveries=[DeliveryOut.model_validate(d, from_attributes=True) for d in page], next_cursor=next_cursor
+    )

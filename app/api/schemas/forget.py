@@ -168,3 +168,20 @@ class ToolResultForJob(RequestModel):
 
     tool_call_id: str = Field(min_length=1, max_length=64)
     content: str = Field(max_length=200_000)
+
+
+class ForgetJobList(BaseModel):
+    jobs: list[ForgetJobOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page")
+
+
+class DeliveryOut(BaseModel):
+    webhook_id: str
+    forget_id: str | None = Field(description="The job the delivery started (null: none, or the job was deleted)")
+    forget_status: str | None = Field(description="That job's status now")
+    received_at: datetime
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page")

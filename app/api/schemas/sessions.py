@@ -182,3 +182,8 @@ class CompactRequest(RequestModel):
     keep_last_turns: int = Field(default=2, ge=0, le=1000)
     write_back: bool = False
 
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page")

@@ -10,11 +10,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, literal, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import ForgetJob, Tenant, WebhookDelivery
+from app.db.models import Artifact, ForgetJob, Tenant, WebhookDelivery
+from app.pagination import Position
 
 ACTIVE = ("queued", "running")
 
@@ -199,3 +200,55 @@ async def link_delivery(db: AsyncSession, tenant_id: str, webhook_id: str, forge
         .where(WebhookDelivery.tenant_id == tenant_id, WebhookDelivery.webhook_id == webhook_id)
         .values(forget_id=forget_id)
     )
+
+
+async def page(
+    db: AsyncSession,
+    tenant_id: str,
+    *,
+    after: Position | None,
+    limit: int,
+    status: str | None = None,
+    session_id: str | None = None,
+) -> list[ForgetJob]:
+    """Up to `limit` jobs, newest first, older than `after`. A session filter matches the job's target session (also
+    through a target artifact's session) and every session its receipt (or plan) reached, so a memory cascade's job
+    lists under each session it replayed."""
+    stmt = select(ForgetJob).where(ForgetJob.tenant_id == tenant_id)
+    if after is not None:
+        stmt = stmt.where(
+            tuple_(ForgetJob.created_at, ForgetJob.id) < tuple_(literal(after.created_at), literal(after.id))
+        )
+    if status is not None:
+        stmt = stmt.where(ForgetJob.status == status)
+    if session_id is not None:
+        stmt = stmt.where(
+            or_(
+                ForgetJob.target["session_id"].astext == session_id,
+                ForgetJob.receipt.contains({"sessions": [{"session_id": session_id}]}),
+                # a queued artifact target names no session until it runs: its artifact still does
+                select(Artifact.id)
+                .where(Artifact.id == ForgetJob.target["artifact_id"].astext, Artifact.session_id == session_id)
+                .exists(),
+            )
+        )
+    stmt = stmt.order_by(ForgetJob.created_at.desc(), ForgetJob.id.desc()).limit(limit)
+    return list((await db.execute(stmt)).scalars())
+
+
+async def deliveries(
+    db: AsyncSession, tenant_id: str, *, after: Position | None, limit: int
+) -> list[tuple[WebhookDelivery, str | None]]:
+    """Up to `limit` detector-webhook deliveries, newest first, each with its job's status (None: no job)."""
+    stmt = (
+        select(WebhookDelivery, ForgetJob.status)
+        .outerjoin(ForgetJob, ForgetJob.id == WebhookDelivery.forget_id)
+        .where(WebhookDelivery.tenant_id == tenant_id)
+    )
+    if after is not None:
+        stmt = stmt.where(
+            tuple_(WebhookDelivery.received_at, WebhookDelivery.webhook_id)
+            < tuple_(literal(after.created_at), literal(after.id))
+        )
+    stmt = stmt.order_by(WebhookDelivery.received_at.desc(), WebhookDelivery.webhook_id.desc()).limit(limit)
+    return [(row, status) for row, status in (await db.execute(stmt)).all()]

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, func, literal, or_, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Checkpoint
 from app.ids import new_id
+from app.pagination import Position
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout expiry
 
@@ -136,3 +137,55 @@ async def flag_sources(db: AsyncSession, session_id: str, sources: Sequence[str]
         .where(AgentSession.id == session_id)
         .values(flagged_sources=func.array_cat(AgentSession.flagged_sources, list(sources)))
     )
+
+
+def _older_than(after: Position | None) -> ColumnElement[bool]:
+    if after is None:
+        return true()
+    return tuple_(AgentSession.created_at, AgentSession.id) < tuple_(literal(after.created_at), literal(after.id))
+
+
+def _unlocked(tenant_id: str) -> Select[str]:
+    """The tenant's sessions no transaction holds (the probe of `is_locked`, as a subquery: it never waits)."""
+    return (
+        select(AgentSession.id)
+        .where(AgentSession.tenant_id == tenant_id)
+        .with_for_update(key_share=True, skip_locked=True)
+    )
+
+
+async def page(
+    db: AsyncSession,
+    tenant_id: str,
+    *,
+    after: Position | None,
+    limit: int,
+    status: str | None = None,
+    context_policy: str | None = None,
+) -> list[AgentSession]:
+    """Up to `limit` sessions, newest first, older than `after`. `running` counts a locked idle row (a turn or a
+    forget in flight), as `get` reports it."""
+    stmt = select(AgentSession).where(AgentSession.tenant_id == tenant_id, _older_than(after))
+    if context_policy is not None:
+        stmt = stmt.where(AgentSession.context_policy == context_policy)
+    if status == "idle":
+        stmt = stmt.where(AgentSession.status == "idle", AgentSession.id.in_(_unlocked(tenant_id)))
+    elif status == "running":
+        stmt = stmt.where(
+            or_(
+                AgentSession.status == "running",
+                and_(AgentSession.status == "idle", AgentSession.id.not_in(_unlocked(tenant_id))),
+            )
+        )
+    elif status is not None:
+        stmt = stmt.where(AgentSession.status == status)
+    stmt = stmt.order_by(AgentSession.created_at.desc(), AgentSession.id.desc()).limit(limit)
+    return list((await db.execute(stmt)).scalars())
+
+
+async def locked_ids(db: AsyncSession, tenant_id: str, ids: Sequence[str]) -> set[str]:
+    """Which of `ids` a transaction holds now (one probe for a whole page, never waiting)."""
+    if not ids:
+        return set()
+    stmt = _unlocked(tenant_id).where(AgentSession.id.in_(list(ids)))
+    return set(ids) - set((await db.execute(stmt)).scalars())

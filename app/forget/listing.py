@@ -1,0 +1,18 @@
+"""Reading forget jobs page by page (the operator's view: what ran, what waits, what failed)."""
+
+from __future__ import annotations
+
+from app import pagination
+from app.db.repositories import forget_jobs as jobs_repo
+from app.db.session import Database
+from app.forget.service import JobView, view_of
+
+
+async def page_jobs(
+    db: Database, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, session_id: str | None
+) -> tuple[list[JobView], str | None]:
+    after = None if cursor is None else pagination.decode(cursor)
+    async with db.transaction() as tx:
+        rows = await jobs_repo.page(tx, tenant_id, after=after, limit=limit + 1, status=status, session_id=session_id)
+    positions = [pagination.Position(r.created_at, r.id) for r in rows]
+    return [view_of(r) for r in rows[:limit]], pagination.next_cursor(positions, limit)
