@@ -192,7 +192,7 @@ async def test_fork_shares_the_cached_blocks(engine: VLLMEngine) -> None:
 
 async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLLMEngine) -> None:
     """max_num_seqs=1 (the default) runs one sequence at a time: concurrent calls give the solo results bit for bit.
-    (With batching, logprobs of batched requests differ: see the remote tests, whose fleet batches.)"""
+    (With batching, logprobs of batched requests differ: `python -m bench.vllm_batching` measures how often.)"""
     chat = engine.chat
     logs = [facts(chat, 20), [*chat.render_block("user", "Tell me about tea and sailing."), *chat.assistant_header()]]
     probe = sampled(42, max_tokens=16)

@@ -6,7 +6,6 @@ exact, and one test measures what concurrent, batched requests do to the numbers
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from app.engine.model_store import resolve_model
 from app.engine.protocol import KVEngine, Sampling
 from app.engine.sampling import transition_seed
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
-from tests.engine_vllm.vllm_helpers import BLOCK, GREEDY, facts, max_abs_diff, salt, sampled, user_turn
+from tests.engine_vllm.vllm_helpers import BLOCK, GREEDY, facts, salt, sampled, user_turn
 from tests.support import MODEL_CACHE, free_port
 
 SERVED = "smollm2"
@@ -162,10 +161,10 @@ async def test_generation_conventions(engine: VLLMRemoteEngine) -> None:
         await engine.prefill(handle, [10**7])
 
 
-async def test_finding_batched_requests_change_the_logprobs(engine: VLLMRemoteEngine, fleet: Fleet) -> None:
-    """NOT exact under load: the same request gives bit-identical logprobs when it runs alone, and different ones
-    (by ~1e-5 in float32) when the fleet batches it with others (measured: 5 of 5 trials, tokens equal in 5 of 5).
-    Exact replay of seeded samples on a busy fleet needs `--max-num-seqs 1`, as the in-process engine's default."""
+async def test_the_same_request_alone_is_reproducible(engine: VLLMRemoteEngine, fleet: Fleet) -> None:
+    """Run alone, the fleet gives bit-identical tokens and logprobs for the same seeded request (docs/engines.md
+    row 1). Whether it stays so *batched* beside other requests is a measurement, not an assertion here: a fleet
+    batches by arrival time, so the outcome depends on the machine's load (`python -m bench.vllm_batching`)."""
     chat = engine.chat
     prompt = [*chat.render_block("user", "Write a long story about a sailor and the sea."), *chat.assistant_header()]
 
@@ -185,11 +184,8 @@ async def test_finding_batched_requests_change_the_logprobs(engine: VLLMRemoteEn
 
     async with httpx.AsyncClient(base_url=fleet.url, timeout=120) as client:
         alone, again = await logprobs(client), await logprobs(client)
-        batched = await asyncio.gather(*(logprobs(client) for _ in range(3)))
-    assert alone == again  # run alone, the fleet is deterministic
-    assert any(lp != alone[1] for _, lp in batched)
-    drift = max(max_abs_diff(alone[1], lp) for ids, lp in batched if ids == alone[0])
-    print(f"batched vs alone: max |d logprob| = {drift:.3g}")
+    assert alone == again
+    assert len(alone[0]) == 32
 
 
 async def test_start_refuses_a_fleet_that_does_not_serve_the_model(fleet: Fleet) -> None:

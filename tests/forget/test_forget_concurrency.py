@@ -4,7 +4,6 @@ one session serialize; a job survives the death of the process running it."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import httpx
 
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, user, wait_job
 from tests.processes import ServeProcess
-from tests.support import BOOTSTRAP_KEY, sql
+from tests.support import BOOTSTRAP_KEY, HeldLock, sql, wait_in_flight
 
 SLOW = {"temperature": 0, "max_tokens": 32, "seed": 5}
 SECRET = "passport X1234567"
@@ -28,24 +27,25 @@ SCRIPT = [
 COUNTERFACTUAL: list[list[dict[str, Any]]] = [[], *SCRIPT[1:]]
 
 
-def wait_running(client: httpx.Client, job_id: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while client.get(f"/v1/forget/{job_id}").json()["status"] == "queued":
-        assert time.monotonic() < deadline, "the job was never claimed"
-        time.sleep(0.02)
+def parked_at_its_swap(database_url: str, artifact_id: str) -> HeldLock:
+    """A share lock on the artifact a forget will delete: the forget runs its replay, then parks in its swap (inside
+    the transaction that holds the session) until the lock is released. Take it before submitting the forget."""
+    return HeldLock(database_url, "SELECT 1 FROM artifacts WHERE id = $1 FOR SHARE", artifact_id)
 
 
-def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(client: httpx.Client) -> None:
+def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(client: httpx.Client, database_url: str) -> None:
     session_id, ids = run_script(client, SCRIPT, SLOW)
-    job = forget(client, {"artifact_id": ids[0][0]})
-    wait_running(client, job["id"])
     answers: dict[str, Any] = {}
 
     def late_turn() -> None:
         answers["turn"] = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [user("Thanks, bye!")]})
 
     thread = threading.Thread(target=late_turn)
-    thread.start()
+    with parked_at_its_swap(database_url, ids[0][0]) as swap:
+        job = forget(client, {"artifact_id": ids[0][0]})
+        swap.wait_blocked()  # the forget holds the session and has replayed; its swap waits for the test
+        thread.start()
+        wait_in_flight(client, 1)  # the late turn is inside the server while the forget holds the session
     done = wait_job(client, job["id"])
     thread.join(timeout=240)
     assert done["status"] == "succeeded", done
@@ -73,7 +73,9 @@ def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
     assert_tiles(after)
 
 
-def test_a_job_survives_a_crash_mid_replay(client: httpx.Client, database_url: str, tmp_path: Path) -> None:
+def test_a_job_survives_a_crash_before_its_swap_commits(
+    client: httpx.Client, database_url: str, tmp_path: Path
+) -> None:
     first = ServeProcess(database_url, tmp_path)
     second: ServeProcess | None = None
     try:
@@ -81,19 +83,15 @@ def test_a_job_survives_a_crash_mid_replay(client: httpx.Client, database_url: s
         crashing = httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {BOOTSTRAP_KEY}"}, timeout=120)
         session_id, ids = run_script(crashing, SCRIPT, SLOW)
         # Submitted here, the job wakes this process's worker at once (the test server's only polls), so this is
-        # the process that dies holding it.
-        job = forget(crashing, {"artifact_id": ids[0][0]})
-        deadline = time.monotonic() + 60
-        while True:
-            row = sql(database_url, "SELECT status, lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]
-            if row["status"] == "running":
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(1.0)  # inside the replay: the model is regenerating the suffix
-        first.kill()
+        # the process that dies holding it (checked below).
+        with parked_at_its_swap(database_url, ids[0][0]) as swap:
+            job = forget(crashing, {"artifact_id": ids[0][0]})
+            swap.wait_blocked()  # replayed, not committed: the process dies inside the forget's transaction
+            owner = sql(database_url, "SELECT lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]["lease_owner"]
+            assert f":{first.proc.pid}:" in owner  # the process about to die is the one holding the job
+            first.kill()
         row = sql(database_url, "SELECT status FROM forget_jobs WHERE id = $1", job["id"])[0]
-        assert row["status"] == "running"  # died mid-replay (the replay regenerates four 32-token replies)
+        assert row["status"] == "running"
         # the session is exactly as it was: nothing of the half-done replay committed
         assert client.get(f"/v1/sessions/{session_id}").json()["epoch"] == 0
         assert [a for a in artifacts(client, session_id) if SECRET in a["content"]]

@@ -20,16 +20,7 @@ import httpx
 
 from tests.memory.memory_helpers import create
 from tests.processes import ServeProcess
-from tests.support import problem
-
-
-async def _wait_for_lock_waiters(watcher: asyncpg.Connection, count: int, limit_s: float = 30) -> None:
-    """Poll until `count` backends are blocked on a lock: the only way to observe a request parked in the database."""
-    deadline = time.monotonic() + limit_s
-    query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-    while await watcher.fetchval(query) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} requests ever blocked on the held row lock"
-        await asyncio.sleep(0.01)
+from tests.support import problem, wait_for_lock_waiters
 
 
 async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
@@ -49,7 +40,7 @@ async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
             await lock.start()
             await holder.execute("SELECT 1 FROM memory_records WHERE namespace = $1 FOR UPDATE", ns)
             forget = asyncio.create_task(c.delete(path))  # the user's correction: first in the lock queue
-            await _wait_for_lock_waiters(watcher, 1)
+            await wait_for_lock_waiters(watcher, 1)
             batch = asyncio.create_task(
                 c.post(
                     f"/v1/memory/{ns}:batch",
@@ -66,7 +57,7 @@ async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
                     },
                 )
             )
-            await _wait_for_lock_waiters(watcher, 2)
+            await wait_for_lock_waiters(watcher, 2)
             await lock.commit()
             forgot, flushed = await forget, await batch
         finally:

@@ -15,7 +15,7 @@ from app.embeddings import Embedder
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
 from tests.processes import ServeProcess
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
-from tests.support import problem, sql
+from tests.support import HeldLock, problem, sql, wait_in_flight
 
 PARIS = "I live in Paris."
 
@@ -172,23 +172,27 @@ def test_turns_racing_a_forget_never_keep_what_it_removed(client: httpx.Client, 
                                       json={"inputs": [{"type": "user", "content": "Where do I live?"}]}))
 
     threads = [threading.Thread(target=ask) for _ in range(2)]
-    submitted = client.post("/v1/forget", json={"target": {"artifact_id": ids["paris"]},
-                                                "strategy": "delete_dependents"})
-    assert submitted.status_code == 202, submitted.text
-    for thread in threads:
-        thread.start()
+    # The forget parks in its swap (holding the session) until both turns are inside the server: they race it.
+    with HeldLock(database_url, "SELECT 1 FROM artifacts WHERE id = $1 FOR SHARE", ids["paris"]) as swap:
+        submitted = client.post("/v1/forget", json={"target": {"artifact_id": ids["paris"]},
+                                                    "strategy": "delete_dependents"})
+        assert submitted.status_code == 202, submitted.text
+        swap.wait_blocked()
+        for thread in threads:
+            thread.start()
+        wait_in_flight(client, 2)
     for thread in threads:
         thread.join()
     job = wait_job(client, submitted.json()["id"])
     assert job["status"] == "succeeded", job
-    assert all(r.status_code in (200, 409) for r in replies), [r.text for r in replies]
+    assert [r.status_code for r in replies] == [200, 200], [r.text for r in replies]
     items = artifacts(client, session_id)
     assert ids["paris"] not in {a["id"] for a in items}
     assert_no_dangling_parents(items)
-    # A turn that ran before the forget and retrieved the message went with it; one after could not retrieve it.
-    for reply in (r.json()["reply"] for r in replies if r.status_code == 200):
-        kept = next((a for a in items if a["id"] == reply["artifact_id"]), None)
-        assert kept is None or ids["paris"] not in kept["parents"]
+    # Both turns arrived while the forget held the session, so both ran on the state without the message.
+    for reply in (r.json()["reply"] for r in replies):
+        kept = next(a for a in items if a["id"] == reply["artifact_id"])
+        assert ids["paris"] not in kept["parents"]
     assert tables_holding(database_url, "live in Paris", within=session_id) == []
 
 
