@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from app.observability.metrics import Metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -25,19 +27,15 @@ GRAFANA_DASHBOARD_PROVIDER = ROOT / "deploy" / "grafana" / "provisioning" / "das
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lethe.json"
 K8S = ROOT / "deploy" / "k8s" / "lethe.yaml"
 
-# Every metric the service exposes, or will expose with the forget feature. Histograms are listed by base name.
-KNOWN_METRICS = {
-    "lethe_http_requests_total",
-    "lethe_http_request_duration_seconds",
-    "lethe_http_requests_in_flight",
-    "lethe_ready",
-    "lethe_forget_jobs_total",
-    "lethe_forget_duration_seconds",
-    "lethe_forget_transitions_replayed",
-    "lethe_forget_tokens_total",
-    "lethe_forget_full_reset_estimate_tokens_total",
-    "lethe_forget_queue_depth",
-}
+def _exposed_metrics() -> set[str]:
+    """Every metric the service exposes, read off its registry (histograms by base name, counters with `_total`)."""
+    return {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in Metrics().registry.collect()
+    }
+
+
+KNOWN_METRICS = _exposed_metrics()
 METRIC_RE = re.compile(r"lethe_[a-z_]+")
 HISTOGRAM_SUFFIX_RE = re.compile(r"_(bucket|sum|count)$")
 
