@@ -140,10 +140,15 @@ class ChatService:
         reply_id = new_id("art")
 
         async def run(on_tokens: TokenSink | None) -> dict[str, Any]:
-            result = await self.sessions.turn(
-                tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
-                reply_id=reply_id,
-            )
+            try:
+                result = await self.sessions.turn(
+                    tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
+                    reply_id=reply_id,
+                )
+            except BaseException:
+                if last < 0:  # the session opened for this request holds nothing the client could reach
+                    await self.sessions.delete(tenant_id, session_id)
+                raise
             answer = _message(result)
             if result.reply_id is not None:
                 resent = [*messages, {"role": "assistant", "content": answer.get("content") or "",

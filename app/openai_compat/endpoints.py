@@ -202,6 +202,20 @@ async def get_response(response_id: str, principal: PrincipalDep, compat: Compat
     return await compat.get_response(principal.tenant_id, response_id)
 
 
+@router.get("/responses/{response_id}/input_items", response_model=ItemList,
+            summary="A response's input items, as its transition is now", responses=ERRORS)
+async def list_input_items(
+    response_id: str, principal: PrincipalDep, compat: CompatDep,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+) -> dict[str, Any]:
+    if include:
+        raise BadParameter("include", "include is not supported: items carry their whole content")
+    return await compat.input_items(principal.tenant_id, response_id, after=after, limit=limit, order=order)
+
+
 # -- chat completions -------------------------------------------------------------------------------------------
 
 @router.post(

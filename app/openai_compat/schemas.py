@@ -44,7 +44,7 @@ class TextConfig(Request):
 
 class ResponseCreate(Request):
     model: str = Field(min_length=1, max_length=200)
-    input: str | list[RawItem] | None = Field(default=None, max_length=64)
+    input: Annotated[str, Field(max_length=200_000)] | Annotated[list[RawItem], Field(max_length=64)] | None = None
     conversation: str | ConversationRef | None = None
     previous_response_id: str | None = Field(default=None, max_length=64)
     instructions: str | None = Field(default=None, max_length=100_000)
@@ -101,7 +101,11 @@ class ChatCompletionCreate(Request):
     max_tokens: int | None = Field(default=None, ge=1, le=4096)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-    stop: str | list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(default=None, max_length=4)
+    stop: (
+        Annotated[str, Field(min_length=1, max_length=64)]
+        | Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=4)]
+        | None
+    ) = None
     n: Literal[1] | None = Field(default=None, description="Only 1")
     stream: bool | None = None
     stream_options: StreamOptions | None = None

@@ -43,6 +43,20 @@ from app.runtime.session import SessionConfig, SessionService
 from app.runtime.tools import normalize as normalize_tools
 
 
+def page(items: list[dict[str, Any]], *, after: str | None, limit: int, order: str) -> dict[str, Any]:
+    """OpenAI's cursor list: `order` (asc: oldest first), the items after the one named `after`, `limit` of them."""
+    if order == "desc":
+        items = list(reversed(items))
+    if after is not None:
+        index = next((i for i, item in enumerate(items) if item["id"] == after), None)
+        if index is None:
+            raise BadParameter("after", f"no item {after!r} in this list")
+        items = items[index + 1:]
+    chunk = items[:limit]
+    return {"object": "list", "data": chunk, "first_id": chunk[0]["id"] if chunk else None,
+            "last_id": chunk[-1]["id"] if chunk else None, "has_more": len(items) > limit}
+
+
 def _ts(at: datetime | None) -> int:
     return int((at or datetime.now()).timestamp())
 
@@ -154,17 +168,17 @@ class CompatService:
         _, session = await self._conversation(tenant_id, conversation_id)
         async with self.db.transaction() as tx:
             rows = await artifacts_repo.list_live(tx, tenant_id, session.id)
-        items = items_of(rows)
-        if order == "desc":
-            items.reverse()
-        if after is not None:
-            index = next((i for i, item in enumerate(items) if item["id"] == after), None)
-            if index is None:
-                raise BadParameter("after", f"no item {after!r} in this conversation")
-            items = items[index + 1:]
-        page = items[:limit]
-        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+        return page(items_of(rows), after=after, limit=limit, order=order)
+
+    async def input_items(
+        self, tenant_id: str, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> dict[str, Any]:
+        """A response's input: its transition's observations as they are now (a forgotten one is gone)."""
+        row = await self._response_row(tenant_id, response_id)
+        async with self.db.transaction() as tx:
+            arts = await repo.at_turn(tx, row.session_id, row.turn)
+        inputs = [a for a in arts if a.kind in ("user", "document", "tool_result") and not (a.meta or {}).get("server")]
+        return page([i for a in inputs if (i := item_of(a)) is not None], after=after, limit=limit, order=order)
 
     async def _item_row(self, tenant_id: str, session: AgentSession, item_id: str) -> Artifact:
         require_id(item_id, "art", "item")
@@ -279,11 +293,18 @@ class CompatService:
         params = {"model": body.model, "temperature": body.temperature, "top_p": body.top_p,
                   "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {}}
 
+        fresh = body.conversation is None and body.previous_response_id is None
+
         async def run(on_tokens: TokenSink | None) -> dict[str, Any]:
-            result = await self.sessions.turn(
-                tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
-                reply_id=reply_id,
-            )
+            try:
+                result = await self.sessions.turn(
+                    tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
+                    reply_id=reply_id,
+                )
+            except BaseException:
+                if fresh:  # the session opened for this request holds nothing the client could reach
+                    await self.sessions.delete(tenant_id, session_id)
+                raise
             usage = result.usage
             async with self.db.transaction() as tx:
                 await repo.add(tx, OpenAIResponse(
