@@ -160,7 +160,8 @@ async def get_item(conversation_id: str, item_id: str, principal: PrincipalDep, 
     "/conversations/{conversation_id}/items/{item_id}", response_model=ConversationOut,
     summary="Delete an item: a forget (selective replay by default), answered once durable",
     description="The conversation afterwards is the one that never had the item. Answers 200 once the forget job "
-    "ended (202 while it still runs after LETHE_FORGET_WAIT_S); `lethe_forget` is the job and its receipt, "
+    "succeeded (202 while it still runs after LETHE_FORGET_WAIT_S, or waits on a tool result: `needs_input`); "
+    "`lethe_forget` is the job and its receipt, "
     "`Lethe-Forget-Id` its id (GET /v1/forget/{id}). `lethe_dry_run=true` answers the plan and changes nothing.",
     responses={**TURN_ERRORS, 202: {"model": ConversationOut, "description": "The forget still runs"}},
 )
@@ -174,7 +175,9 @@ async def delete_item(
         principal.tenant_id, conversation_id, item_id, strategy=lethe_strategy, dry_run=lethe_dry_run
     )
     headers = {} if lethe_dry_run else {"Lethe-Forget-Id": done.job.id}
-    return JSONResponse(done.conversation, status_code=200 if done.job.finished else 202, headers=headers)
+    # 202 while the job runs, and for needs_input (the replay waits on a tool result: the item is not gone yet).
+    finished = done.job.dry_run or done.job.status == "succeeded"
+    return JSONResponse(done.conversation, status_code=200 if finished else 202, headers=headers)
 
 
 # -- responses --------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -16,7 +17,7 @@ LiveServer = Any
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 
-def test_a_resent_history_continues_its_session(oai: openai.OpenAI, model: str) -> None:
+def test_a_resent_history_continues_its_session(oai: openai.OpenAI, model: str, native: httpx.Client) -> None:
     first_raw = oai.chat.completions.with_raw_response.create(
         model=model, messages=[SYSTEM, {"role": "user", "content": "My dog is called Rex."}], max_tokens=6, seed=3,
         temperature=0.7,
@@ -33,6 +34,11 @@ def test_a_resent_history_continues_its_session(oai: openai.OpenAI, model: str) 
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
     # Everything before the new user message came from the session's cache.
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens + first.usage.completion_tokens
+    # The session is an ordinary one for the native API; the per-transition sampling stays internal.
+    state = native.get(f"/v1/sessions/{second_raw.headers['Lethe-Session-Id']}")
+    assert state.status_code == 200 and state.json()["turns"] == 2
+    assert state.json()["sampling"]["seed"] == 0 and "per_turn" not in state.json()["sampling"]
+    assert native.get("/v1/sessions").status_code == 200
     with pytest.raises(openai.BadRequestError) as unknown:  # an answer this server never gave
         oai.chat.completions.create(model=model, max_tokens=2, messages=[
             {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Made up."},
