@@ -10,7 +10,7 @@ import secrets
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
-PREFIXES = frozenset({"ten", "key", "ses", "art", "call", "fgt", "ckp", "env"})
+PREFIXES = frozenset({"ten", "key", "ses", "art", "call", "fgt", "ckp", "env", "conv", "resp"})
 
 
 def new_id(prefix: str) -> str:

@@ -19,6 +19,7 @@ from app.db.session import Database, resolve_database_url
 from app.engine.protocol import KVEngine
 from app.observability.metrics import Metrics
 from app.observability.middleware import ObservabilityMiddleware
+from app.openai_compat import endpoints as openai_compat
 from app.settings import Settings
 from app.tenants.service import TenantService
 
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
     app.include_router(health.router)
     for router in (sessions.router, forget.router, memory.router):
         app.include_router(router, responses=V1_ERRORS)
+    app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
     app.include_router(webhooks.router, responses={401: problem_doc("Bad signature or stale timestamp")})
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.schemas.common import ProblemDetails
 from app.errors import LetheError
+from app.openai_compat import errors as compat
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://lethe.dev/problems/"
@@ -58,10 +59,14 @@ def _jsonable_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(LetheError)
     async def _domain(request: Request, exc: LetheError) -> JSONResponse:
+        if compat.is_compat_path(request.url.path):
+            return compat.from_lethe(exc)
         return problem_response(exc, instance=request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if compat.is_compat_path(request.url.path):
+            return compat.from_validation(_jsonable_errors(exc))
         body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
                        errors=_jsonable_errors(exc), instance=request.url.path)
         return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
@@ -69,6 +74,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         title = _HTTP_TITLES.get(exc.status_code, "HTTP error")
+        if compat.is_compat_path(request.url.path):
+            message = exc.detail if isinstance(exc.detail, str) else title
+            return compat.response(exc.status_code, message, code=f"http_{exc.status_code}", headers=exc.headers)
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != title else None
         body = problem(exc.status_code, "http-" + str(exc.status_code), title, detail, instance=request.url.path)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_JSON)
@@ -76,6 +84,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"path": request.url.path})
+        if compat.is_compat_path(request.url.path):
+            return compat.response(500, "an unexpected error occurred; see the server log", code="internal-error")
         body = problem(500, "internal-error", "Internal error", "an unexpected error occurred; see the server log",
                        instance=request.url.path)
         return JSONResponse(body, status_code=500, media_type=PROBLEM_JSON)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +31,7 @@ from app.db.repositories import tools as tools_repo
 from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
-from app.errors import InvalidRequest, NotFound, NotReady, SessionBusy
+from app.errors import Conflict, InvalidRequest, NotFound, NotReady, SessionBusy
 from app.ids import new_id
 from app.memory import repository as memory_repo
 from app.provenance import graph
@@ -246,8 +246,17 @@ class SessionService:
         observations: Sequence[Observation],
         generate: bool = True,
         on_tokens: TokenSink | None = None,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+        expect_turns: int | None = None,
+        reply_id: str | None = None,
     ) -> TurnResult:
-        """One transition. `on_tokens` receives the reply's tokens as they are sampled (SSE streaming)."""
+        """One transition. `on_tokens` receives the reply's tokens as they are sampled (SSE streaming).
+
+        `sampling` overrides the session's sampling for this transition only (stored with the session under
+        `per_turn`, so a forget replays it the same way); `expect_turns` makes the transition conditional on the
+        session's transition count (StaleHead otherwise: another client moved the session on); `reply_id` is the id
+        the reply's artifact takes (a stream announces it before the reply exists)."""
         empty = not observations and not generate
         # An empty transition is bookkeeping only (what a forget leaves where an observation held only the target):
         # it needs no engine, so it works while the model loads.
@@ -255,7 +264,13 @@ class SessionService:
         blocks = [] if engine is None else [render(engine.chat, o) for o in observations]
         async with self._queued(session_id) as deadline, self.db.transaction() as tx:
             row = await self._lock(tx, tenant_id, session_id, deadline)
+            if expect_turns is not None and row.turns != expect_turns:
+                raise StaleHead(f"session {session_id!r} moved on: {row.turns} transitions, expected {expect_turns}")
             turn = row.turns + 1
+            if sampling and engine is not None:
+                per_turn = {**(row.sampling.get("per_turn") or {}), str(turn): dict(sampling)}
+                row.sampling = {**row.sampling, "per_turn": per_turn}
+                await sessions_repo.set_sampling(tx, row.id, row.sampling)
             answered = await self._check_tool_results(tx, row, observations)
             log = await artifacts_repo.load_log(tx, session_id)
             step = ToolStep()
@@ -264,7 +279,9 @@ class SessionService:
                 records = plan_records(tenant_id, session_id, turn, log, [], None, row.context_policy)
                 await self._write(tx, row, turn, records)
             else:
-                outcome, records, step = await self._run(tx, engine, row, turn, log, blocks, generate, on_tokens)
+                outcome, records, step = await self._run(
+                    tx, engine, row, turn, log, blocks, generate, on_tokens, reply_id
+                )
             await self._commit_client_calls(tx, row, answered)
             if engine is not None:
                 await self._auto_compact(tx, engine, row)
@@ -299,10 +316,12 @@ class SessionService:
 
     async def _run(
         self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
-        blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None,
+        blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None, reply_id: str | None = None,
     ) -> tuple[Outcome, TransitionRecords, ToolStep]:
         if row.context_policy == "retrieval":
-            outcome, records = await self._run_retrieval(tx, engine, row, turn, log, blocks, generate, on_tokens)
+            outcome, records = await self._run_retrieval(
+                tx, engine, row, turn, log, blocks, generate, on_tokens, reply_id
+            )
             return outcome, records, ToolStep()
         stored = stored_log(log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
@@ -315,7 +334,10 @@ class SessionService:
             outcome, step = await advance_with_tools(
                 engine, synced, blocks, sampling, tools, turn, sources, on_tokens
             )
-            records = plan_records(row.tenant_id, row.id, turn, log, outcome.blocks, outcome, row.context_policy)
+            records = plan_records(
+                row.tenant_id, row.id, turn, log, outcome.blocks, outcome, row.context_policy,
+                _reply_keep_ids(outcome, reply_id),
+            )
             await self._write(tx, row, turn, records)
             if tools is not None:
                 await tools_repo.record_fired(tx, row.id, step.fired_now)
@@ -335,7 +357,7 @@ class SessionService:
 
     async def _run_retrieval(
         self, tx: AsyncSession, engine: KVEngine, row: AgentSession, turn: int, log: list[artifacts_repo.LogEntry],
-        blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None,
+        blocks: list[Block], generate: bool, on_tokens: TokenSink | None = None, reply_id: str | None = None,
     ) -> tuple[Outcome, TransitionRecords]:
         """A transition of a retrieval session (retrieval.py): store the observations, and answer them from the
         preamble and the messages retrieved for them; every new message gets its embedding in the same commit."""
@@ -358,7 +380,9 @@ class SessionService:
             0, None,
         )
         parents = RetrievedContext(preamble_ids, [m.id for m in context])
-        records = plan_records(row.tenant_id, row.id, turn, log, outcome.blocks, outcome, parents)
+        records = plan_records(
+            row.tenant_id, row.id, turn, log, outcome.blocks, outcome, parents, _reply_keep_ids(outcome, reply_id)
+        )
         await self._write(tx, row, turn, records)
         if reply is not None:
             vectors.extend(await self.embedder.embed([reply.content]))
@@ -510,6 +534,21 @@ class SessionService:
             rows = await graph.taint_closure(tx, tenant_id, session_id, artifact_id)
             parents = await artifacts_repo.parents_of(tx, session_id, [a.id for a in rows])
         return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+
+
+class StaleHead(Conflict):
+    """A conditional transition (`expect_turns`) found the session moved on."""
+
+    type_slug = "stale-head"
+    title = "Session moved on"
+
+
+def _reply_keep_ids(outcome: Outcome, reply_id: str | None) -> list[str | None]:
+    """keep_ids for plan_records that give the reply block the id `reply_id` (nothing else keeps one)."""
+    if reply_id is None or outcome.reply is None:
+        return []
+    index = next((i for i, b in enumerate(outcome.blocks) if b is outcome.reply), None)
+    return [] if index is None else [*([None] * index), reply_id]
 
 
 def _busy(session_id: str) -> SessionBusy:

@@ -150,6 +150,11 @@ def sampling_for(config: Mapping[str, Any], turn: int, room: int | None) -> Samp
     # Imported here: app.engine.sampling imports torch, which only the hf engine needs loaded.
     from app.engine.sampling import transition_seed
 
+    # A transition may carry its own sampling (`per_turn`, what an OpenAI-compatible request sets per response); it
+    # is stored with the session, so a replay of the transition samples exactly as the original did.
+    override = (config.get("per_turn") or {}).get(str(turn))
+    if override:
+        config = {**config, **override}
     max_tokens = int(config.get("max_tokens", 256))
     return Sampling(
         temperature=float(config.get("temperature", 0.0)),

@@ -81,7 +81,9 @@ def _session_out(view: SessionView) -> SessionOut:
         retrieval=RetrievalConfig.model_validate(row.retrieval) if row.retrieval else None,
         checkpoint_policy=row.checkpoint_policy,
         tools=[ToolSpec.model_validate(t) for t in row.tools],
-        sampling=SamplingConfig.model_validate(row.sampling) if row.sampling else None,
+        # `per_turn`: sampling an OpenAI-compatible request set for one transition (kept for replays, not shown).
+        sampling=SamplingConfig.model_validate({k: v for k, v in row.sampling.items() if k != "per_turn"})
+        if row.sampling else None,
         compaction=CompactionPolicy.model_validate(row.compaction) if row.compaction else None,
     )
 

@@ -77,6 +77,10 @@ async def record_transition(db: AsyncSession, session_id: str, *, turns: int, to
     )
 
 
+async def set_sampling(db: AsyncSession, session_id: str, sampling: dict[str, Any]) -> None:
+    await db.execute(update(AgentSession).where(AgentSession.id == session_id).values(sampling=sampling))
+
+
 async def delete_session(db: AsyncSession, tenant_id: str, session_id: str) -> bool:
     """Delete the row; artifacts, provenance edges and checkpoints go with it (ON DELETE CASCADE)."""
     stmt = (

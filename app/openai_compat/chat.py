@@ -1,0 +1,186 @@
+"""Chat Completions: stateless as in OpenAI, but a resent history reuses the session that holds it.
+
+How the match is made. After each completion the service stores a *head*: the SHA-256 of the canonical message
+list the client will send next time (its messages plus the answer it got: role, text, tool call ids; the tools
+offered are part of it), pointing at the session that holds exactly that history. A request whose messages, up to
+and including the last assistant message, hash to a head continues that session: only the messages after it (user
+messages, tool results) are prefilled, on top of the session's cache. A request with no assistant message opens a
+session (its leading system/developer messages are the system prompt). A history ending in an assistant message
+that matches no head cannot be continued (400 `messages`): Lethe's replies are the ones it sampled itself.
+
+Each session keeps one head, and a head row is deleted with the reply artifact it ends on, so once a forget
+rewrites the history (a replay gives every later reply a new artifact) the old digest is gone with it. A session's
+id comes back in the `Lethe-Session-Id` header, for a forget or a deletion through the native API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from app.container import Container
+from app.db.repositories import sessions as sessions_repo
+from app.engine.protocol import TokenSink
+from app.forget.wiring import session_service
+from app.ids import new_id
+from app.openai_compat import repository as repo
+from app.openai_compat.errors import BadParameter, ModelNotFound
+from app.openai_compat.items import message_text, visible_text
+from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
+from app.openai_compat.service import lethe_tools
+from app.runtime.blocks import Observation
+from app.runtime.session import SessionConfig, TurnResult
+
+Canonical = dict[str, Any]
+
+
+def canonical(messages: list[dict[str, Any]]) -> list[Canonical]:
+    """The parts of each message that make the prompt (and the ids that tie tool results to calls)."""
+    out: list[Canonical] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise BadParameter(where, f"{where} must be an object")
+        role = message.get("role")
+        allowed = {"role", "content", "name"}
+        if role in ("system", "developer", "user"):
+            text = message_text(message.get("content"), f"{where}.content")
+            out.append({"role": "system" if role == "developer" else role, "content": text})
+        elif role == "assistant":
+            allowed |= {"tool_calls", "refusal"}
+            content = message.get("content")
+            text = "" if content is None else message_text(content, f"{where}.content", output=True)
+            calls = message.get("tool_calls") or []
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str)
+                                                       for c in calls):
+                raise BadParameter(f"{where}.tool_calls", "tool_calls must be a list of calls with ids")
+            out.append({"role": "assistant", "content": text, "tool_call_ids": [c["id"] for c in calls]})
+        elif role == "tool":
+            allowed |= {"tool_call_id"}
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id or len(call_id) > 64:
+                raise BadParameter(f"{where}.tool_call_id", "a tool message needs the tool_call_id it answers")
+            out.append({"role": "tool", "content": message_text(message.get("content"), f"{where}.content"),
+                        "tool_call_id": call_id})
+        else:
+            raise BadParameter(f"{where}.role", f"unsupported role {role!r}: system, developer, user, assistant, tool")
+        extra = set(message) - allowed
+        if extra:
+            raise BadParameter(f"{where}.{sorted(extra)[0]}", "unsupported message field")
+    return out
+
+
+def digest(tools: list[dict[str, Any]], messages: list[Canonical]) -> str:
+    text = json.dumps({"tools": tools, "messages": messages}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ChatService:
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.db = container.db
+        self.sessions = session_service(container)
+
+    async def create(
+        self, tenant_id: str, body: ChatCompletionCreate
+    ) -> tuple[Callable[[TokenSink | None], Awaitable[dict[str, Any]]], dict[str, Any]]:
+        """Validate and place a completion; returns (run it, the chunk head of its stream)."""
+        served = self.container.engine.engine.model_id
+        if body.model != served:
+            raise ModelNotFound(body.model, served)
+        messages = canonical(body.messages)
+        tools = [] if not body.tools else lethe_tools([
+            FunctionTool(type="function", name=t.function.name, description=t.function.description,
+                         parameters=t.function.parameters) for t in body.tools
+        ])
+        last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+        if last < 0:
+            start = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+        else:
+            start = last + 1
+        prefix, new = messages[:start], messages[start:]
+        if not new:
+            raise BadParameter("messages", "the last message must be a user or tool message")
+        for offset, message in enumerate(new, start=start):
+            if message["role"] not in ("user", "tool"):
+                raise BadParameter(
+                    f"messages[{offset}].role", "after the history only user and tool messages may follow: a system "
+                    "message belongs at the start",
+                )
+        observed = [
+            Observation("tool_result", m["content"], {"tool_call_id": m["tool_call_id"]}) if m["role"] == "tool"
+            else Observation("user", m["content"])
+            for m in new
+        ]
+        if last >= 0:
+            async with self.db.transaction() as tx:
+                head = await repo.head(tx, tenant_id, digest(tools, prefix))
+                session = None if head is None else await sessions_repo.get(tx, tenant_id, head.session_id)
+            if head is None or session is None or session.epoch != head.epoch or session.turns != head.turn:
+                raise BadParameter(
+                    "messages", "this history ends in an assistant message that no session of yours holds (forgotten, "
+                    "or not answered here): Lethe continues only histories whose replies it sampled",
+                )
+            session_id, expect = session.id, head.turn
+        else:
+            system = "\n\n".join(m["content"] for m in prefix) if prefix else None
+            view = await self.sessions.create(tenant_id, SessionConfig(system_prompt=system, tools=tools))
+            session_id, expect = view.row.id, 0
+        stops = [body.stop] if isinstance(body.stop, str) else body.stop
+        sampling = {k: v for k, v in (
+            ("temperature", body.temperature), ("top_p", body.top_p),
+            ("max_tokens", body.max_completion_tokens or body.max_tokens), ("seed", body.seed), ("stop", stops),
+        ) if v is not None}
+        completion_id = "chatcmpl-" + secrets.token_hex(12)
+        created = int(time.time())
+        reply_id = new_id("art")
+
+        async def run(on_tokens: TokenSink | None) -> dict[str, Any]:
+            try:
+                result = await self.sessions.turn(
+                    tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
+                    reply_id=reply_id,
+                )
+            except BaseException:
+                if last < 0:  # the session opened for this request holds nothing the client could reach
+                    await self.sessions.delete(tenant_id, session_id)
+                raise
+            answer = _message(result)
+            if result.reply_id is not None:
+                resent = [*messages, {"role": "assistant", "content": answer.get("content") or "",
+                                      "tool_call_ids": [c["id"] for c in answer.get("tool_calls", [])]}]
+                async with self.db.transaction() as tx:
+                    session = await sessions_repo.get(tx, tenant_id, session_id)
+                    if session is not None and session.turns == result.turn:
+                        await repo.put_head(tx, session_id=session_id, tenant_id=tenant_id,
+                                            digest=digest(tools, resent), reply_artifact_id=result.reply_id,
+                                            turn=result.turn, epoch=session.epoch)
+            finish = "tool_calls" if result.tool_calls else (result.finish_reason or "stop")
+            usage = result.usage
+            return {
+                "id": completion_id, "object": "chat.completion", "created": created, "model": served,
+                "choices": [{"index": 0, "message": answer, "finish_reason": finish, "logprobs": None}],
+                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.decode_tokens,
+                          "total_tokens": usage.prompt_tokens + usage.decode_tokens,
+                          "prompt_tokens_details": {"cached_tokens": usage.reused_tokens}},
+                "lethe_session_id": session_id,
+            }
+
+        head_chunk = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": served}
+        return run, {**head_chunk, "lethe_session_id": session_id}
+
+
+def _message(result: TurnResult) -> dict[str, Any]:
+    text = visible_text(result.reply_content or "")
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not result.tool_calls else None,
+                               "refusal": None}
+    if result.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in result.tool_calls
+        ]
+    return message

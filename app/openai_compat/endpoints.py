@@ -1,0 +1,244 @@
+"""The OpenAI-compatible routes: thin, parse and authenticate, then the services (service.py, chat.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from app.api.deps import ContainerDep, PrincipalDep
+from app.openai_compat import streaming
+from app.openai_compat.chat import ChatService
+from app.openai_compat.errors import BadParameter
+from app.openai_compat.items import check_text
+from app.openai_compat.schemas import (
+    ChatCompletionCreate,
+    ChatCompletionOut,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationOut,
+    ConversationUpdate,
+    ItemList,
+    ItemsCreate,
+    ModelList,
+    ModelOut,
+    ResponseCreate,
+    ResponseOut,
+)
+from app.openai_compat.service import CompatService
+
+router = APIRouter(prefix="/v1", tags=["openai-compatible"])
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def _doc(description: str) -> dict[str, Any]:
+    return {"description": description, "model": ErrorBody}
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _doc("Invalid or unsupported parameter (`param` names it)"),
+    401: _doc("Missing or invalid API key"),
+    404: _doc("Unknown id (or another tenant's), or a model this server does not serve"),
+    413: _doc("Body or prompt too large"),
+    422: _doc("A value the session cannot take (e.g. a function_call_output answering no pending call)"),
+}
+TURN_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    409: _doc("The session is busy (another turn or a forget; `Retry-After`), or moved on"),
+    503: _doc("The model is not loaded yet (`Retry-After`)"),
+}
+STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
+
+
+def get_compat(container: ContainerDep) -> CompatService:
+    return CompatService(container)
+
+
+def get_chat(container: ContainerDep) -> ChatService:
+    return ChatService(container)
+
+
+CompatDep = Annotated[CompatService, Depends(get_compat)]
+ChatDep = Annotated[ChatService, Depends(get_chat)]
+
+
+def _checked(body: BaseModel) -> None:
+    check_text(body.model_dump(exclude_none=True), "")
+
+
+# -- models -----------------------------------------------------------------------------------------------------
+
+@router.get("/models", response_model=ModelList, summary="The model this server serves", responses=ERRORS)
+async def list_models(principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    return {"object": "list", "data": [_model(compat.model_id)]}
+
+
+@router.get("/models/{model}", response_model=ModelOut, summary="A served model", responses=ERRORS)
+async def get_model(model: str, principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    compat.check_model(model)
+    return _model(model)
+
+
+def _model(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "lethe"}
+
+
+# -- conversations ----------------------------------------------------------------------------------------------
+
+@router.post("/conversations", response_model=ConversationOut, summary="Create a conversation (a session)",
+             responses=TURN_ERRORS)
+async def create_conversation(body: ConversationCreate, principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    _checked(body)
+    return await compat.create_conversation(principal.tenant_id, body.items or [], body.metadata or {})
+
+
+@router.get("/conversations/{conversation_id}", response_model=ConversationOut, summary="A conversation",
+            responses=ERRORS)
+async def get_conversation(conversation_id: str, principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    return await compat.get_conversation(principal.tenant_id, conversation_id)
+
+
+@router.post("/conversations/{conversation_id}", response_model=ConversationOut,
+             summary="Replace a conversation's metadata", responses=ERRORS)
+async def update_conversation(
+    conversation_id: str, body: ConversationUpdate, principal: PrincipalDep, compat: CompatDep
+) -> dict[str, Any]:
+    _checked(body)
+    return await compat.update_conversation(principal.tenant_id, conversation_id, body.metadata)
+
+
+@router.delete("/conversations/{conversation_id}", response_model=ConversationDeleted,
+               summary="Delete a conversation: its session, artifacts, responses and cache", responses=TURN_ERRORS)
+async def delete_conversation(conversation_id: str, principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    return await compat.delete_conversation(principal.tenant_id, conversation_id)
+
+
+@router.get("/conversations/{conversation_id}/items", response_model=ItemList,
+            summary="A conversation's items (its live artifacts)", responses=ERRORS)
+async def list_items(
+    conversation_id: str, principal: PrincipalDep, compat: CompatDep,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+) -> dict[str, Any]:
+    if include:
+        raise BadParameter("include", "include is not supported: items carry their whole content")
+    return await compat.list_items(principal.tenant_id, conversation_id, after=after, limit=limit, order=order)
+
+
+@router.post("/conversations/{conversation_id}/items", response_model=ItemList,
+             summary="Add items (one transition without a reply)", responses=TURN_ERRORS)
+async def create_items(
+    conversation_id: str, body: ItemsCreate, principal: PrincipalDep, compat: CompatDep,
+    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+) -> dict[str, Any]:
+    if include:
+        raise BadParameter("include", "include is not supported: items carry their whole content")
+    _checked(body)
+    return await compat.create_items(principal.tenant_id, conversation_id, body.items)
+
+
+@router.get("/conversations/{conversation_id}/items/{item_id}", summary="An item", responses=ERRORS)
+async def get_item(conversation_id: str, item_id: str, principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    return await compat.get_item(principal.tenant_id, conversation_id, item_id)
+
+
+@router.delete(
+    "/conversations/{conversation_id}/items/{item_id}", response_model=ConversationOut,
+    summary="Delete an item: a forget (selective replay by default), answered once durable",
+    description="The conversation afterwards is the one that never had the item. Answers 200 once the forget job "
+    "succeeded (202 while it still runs after LETHE_FORGET_WAIT_S, or waits on a tool result: `needs_input`); "
+    "`lethe_forget` is the job and its receipt, "
+    "`Lethe-Forget-Id` its id (GET /v1/forget/{id}). `lethe_dry_run=true` answers the plan and changes nothing.",
+    responses={**TURN_ERRORS, 202: {"model": ConversationOut, "description": "The forget still runs"}},
+)
+async def delete_item(
+    conversation_id: str, item_id: str, principal: PrincipalDep, compat: CompatDep,
+    lethe_strategy: Annotated[str | None, Query(max_length=40, description="A forget strategy (default "
+                                                "selective_replay)")] = None,
+    lethe_dry_run: bool = False,
+) -> JSONResponse:
+    done = await compat.delete_item(
+        principal.tenant_id, conversation_id, item_id, strategy=lethe_strategy, dry_run=lethe_dry_run
+    )
+    headers = {} if lethe_dry_run else {"Lethe-Forget-Id": done.job.id}
+    # 202 while the job runs, and for needs_input (the replay waits on a tool result: the item is not gone yet).
+    finished = done.job.dry_run or done.job.status == "succeeded"
+    return JSONResponse(done.conversation, status_code=200 if finished else 202, headers=headers)
+
+
+# -- responses --------------------------------------------------------------------------------------------------
+
+@router.post(
+    "/responses", response_model=ResponseOut, summary="Create a response (one transition with a reply)",
+    responses={**TURN_ERRORS, 200: {"description": "The response; with `stream: true`, OpenAI's event stream "
+                                    "(response.created … response.output_text.delta … response.completed)",
+                                    "content": STREAM}},
+)
+async def create_response(
+    body: ResponseCreate, principal: PrincipalDep, compat: CompatDep
+) -> dict[str, Any] | StreamingResponse:
+    _checked(body)
+    run, skeleton, reply_id = await compat.create_response(principal.tenant_id, body)
+    if body.stream:
+        started = await streaming.start(run, compat.sessions.chat())
+        return streaming.sse(streaming.response_events(started, skeleton, reply_id))
+    return await run(None)
+
+
+@router.get("/responses/{response_id}", response_model=ResponseOut, summary="A response, as its transition is now",
+            responses=ERRORS)
+async def get_response(response_id: str, principal: PrincipalDep, compat: CompatDep) -> dict[str, Any]:
+    return await compat.get_response(principal.tenant_id, response_id)
+
+
+@router.get("/responses/{response_id}/input_items", response_model=ItemList,
+            summary="A response's input items, as its transition is now", responses=ERRORS)
+async def list_input_items(
+    response_id: str, principal: PrincipalDep, compat: CompatDep,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+) -> dict[str, Any]:
+    if include:
+        raise BadParameter("include", "include is not supported: items carry their whole content")
+    return await compat.input_items(principal.tenant_id, response_id, after=after, limit=limit, order=order)
+
+
+# -- chat completions -------------------------------------------------------------------------------------------
+
+@router.post(
+    "/chat/completions", response_model=ChatCompletionOut,
+    summary="A chat completion (stateless; a resent history reuses its session's cache)",
+    responses={**TURN_ERRORS, 200: {"description": "The completion; with `stream: true`, chat.completion.chunk "
+                                    "events then `[DONE]`", "content": STREAM}},
+)
+async def create_chat_completion(
+    body: ChatCompletionCreate, principal: PrincipalDep, chat: ChatDep
+) -> JSONResponse | StreamingResponse:
+    _checked(body)
+    run, head = await chat.create(principal.tenant_id, body)
+    session_header = {"Lethe-Session-Id": head["lethe_session_id"]}
+    if body.stream:
+        started = await streaming.start(run, chat.sessions.chat())
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        response = streaming.sse(streaming.chat_chunks(started, head, include_usage))
+        response.headers.update(session_header)
+        return response
+    if body.stream_options is not None:
+        raise BadParameter("stream_options", "stream_options needs stream: true")
+    return JSONResponse(await run(None), headers=session_header)
