@@ -1,6 +1,6 @@
 // Memory: namespaces, their keys (tombstones included, by name), a key's versions. A forgotten value never shows:
 // the API erased it, history included.
-import { ApiError, api, seg } from "./api.js";
+import { api, seg } from "./api.js";
 import { badge, h, when, table } from "./dom.js";
 
 async function namespaces() {
@@ -28,20 +28,19 @@ async function keysOf(namespace) {
 }
 
 async function keyDetail(namespace, key) {
-  let head;
-  try {
-    head = await api(`/v1/memory/${seg(namespace)}/${seg(key)}`);
-  } catch (error) {
-    if (!(error instanceof ApiError && error.status === 404)) throw error;
-    head = { missing: error.problem };
-  }
+  // History first: a tombstone at its end means the key is forgotten, so the head (a 404) need not be asked for.
   const history = await api(`/v1/memory/${seg(namespace)}/${seg(key)}/history`);
-  const current = head.missing
-    ? h("p", { id: "key-head" }, head.missing.forgotten
-      ? [badge("forgotten"), ` tombstone version ${head.missing.version}: the value is gone, history included.`]
-      : "Never written.")
-    : h("div", { id: "key-head" }, h("p", {}, `version ${head.version} · ${head.source} · ${when(head.updated_at)}`),
+  const last = history.versions[history.versions.length - 1];
+  let current;
+  if (!last) current = h("p", { id: "key-head" }, "Never written.");
+  else if (last.op === "forget") {
+    current = h("p", { id: "key-head" }, badge("forgotten"),
+      ` tombstone version ${last.version}: the value is gone, history included.`);
+  } else {
+    const head = await api(`/v1/memory/${seg(namespace)}/${seg(key)}`);
+    current = h("div", { id: "key-head" }, h("p", {}, `version ${head.version} · ${head.source} · ${when(head.updated_at)}`),
       h("pre", { class: "json" }, JSON.stringify(head.value, null, 2)));
+  }
   const rows = history.versions.map((v) => h("tr", { class: v.op === "forget" ? "tombstone" : "" },
     h("td", { class: "num", text: v.version }),
     h("td", {}, v.op === "forget" ? badge("tombstone") : "write"),

@@ -62,8 +62,8 @@ export function receiptView(job) {
       h("span", { class: "muted" }, `${job.strategy} · ${job.duration_ms ?? "–"} ms`)),
     job.error ? h("div", { class: "error", role: "alert" }, job.error) : null,
     job.sessions.length
-      ? table(["session", "τ", "T", "transitions replayed", "closure", "reused", "computed", "full reset", "epoch"],
-        rows)
+      ? h("div", { class: "scroll" }, table(["session", "τ", "T", "transitions replayed", "closure", "reused",
+        "computed", "full reset", "epoch"], rows))
       : h("p", { class: "muted" }, "No session was touched."),
     job.sessions.length ? costBar(total.computed, total.full) : null,
     hashes,

@@ -73,12 +73,12 @@ export async function sessionView(id) {
     const a = artifacts.find((x) => x.id === aid);
     clear(detail);
     if (a) {
-      detail.append(h("h4", {}, `${a.kind} · turn ${a.turn} · tokens [${a.token_span[0]}, ${a.token_span[1]})`),
+      detail.append(h("div", {}, h("h4", {}, `${a.kind} · turn ${a.turn} · tokens [${a.token_span[0]}, ${a.token_span[1]})`),
         h("p", { class: "mono muted", text: a.id }),
         h("div", { class: "content", text: a.content }),
         a.parents.length ? h("p", { class: "muted" }, `parents: ${a.parents.map(short).join(", ")}`) : null,
         a.memory ? h("p", {}, "injected from ", h("a", { href: `#/memory/${seg(a.memory.namespace)}/${seg(a.memory.key)}` },
-          `${a.memory.namespace}/${a.memory.key} v${a.memory.version}`)) : null);
+          `${a.memory.namespace}/${a.memory.key} v${a.memory.version}`)) : null));
     }
     mark();
   };
@@ -184,9 +184,9 @@ export async function sessionView(id) {
       const seen = [];
       while (true) {
         if (seen[seen.length - 1] !== job.status) seen.push(job.status);
-        clear(progress).append(h("span", {}, "Job "), h("span", { class: "mono", text: job.id }), " ",
+        clear(progress).append(h("span", {}, "Job ", h("span", { class: "mono", text: job.id }), " ",
           seen.map((st, i) => [i ? " → " : "", badge(st)]),
-          h("span", { class: "muted" }, ` ${((performance.now() - started) / 1000).toFixed(1)} s`));
+          h("span", { class: "muted" }, ` ${((performance.now() - started) / 1000).toFixed(1)} s`)));
         if (FINAL.has(job.status)) break;
         await new Promise((resolve) => { setTimeout(resolve, POLL_MS); });
         job = await api(`/v1/forget/${seg(job.id)}`);
@@ -195,6 +195,7 @@ export async function sessionView(id) {
       plan = null;
       selected = null;
       clear(planHost);
+      clear(detail);
       const [fresh, again] = await Promise.all([
         api(`/v1/sessions/${seg(session.id)}`), api(`/v1/sessions/${seg(session.id)}/artifacts`)]);
       Object.assign(session, fresh);
