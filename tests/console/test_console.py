@@ -35,7 +35,9 @@ JOB_TIMEOUT_MS = 240_000  # a replay of two short turns; generous for a loaded 2
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def browser(other_tenant_key: str) -> Iterator[Browser]:
+    # Playwright's sync API keeps an event loop running in this thread while the browser is open, so fixtures that
+    # call asyncio.run (the second tenant's key) must be made before it starts.
     if not CHROMIUM.exists():
         pytest.fail("the console tests need Debian's chromium at /usr/bin/chromium: apt-get install -y chromium "
                     "(Playwright drives it; no browser is ever downloaded)")
@@ -210,3 +212,22 @@ def test_another_tenants_session_is_not_reachable(tab: Tab, client: httpx.Client
     assert alert is not None and "404" in alert.inner_text()
     assert tab.page.locator(".node").count() == 0
     assert tab.unexpected(404) == []
+
+
+def test_a_memory_record_plan_shows_the_other_sessions_it_reaches(tab: Tab, client: httpx.Client) -> None:
+    ns = "console-cascade-" + uuid.uuid4().hex[:8]
+    r = client.put(f"/v1/memory/{ns}/pet", json={"value": "a cat named Tom"}, headers={"If-None-Match": "*"})
+    assert r.status_code == 201, r.text
+    first, second = (make_session(client, [], memory_namespace=ns) for _ in range(2))
+    record = next(a for a in client.get(f"/v1/sessions/{first}/artifacts").json()["artifacts"] if a["kind"] == "memory")
+    tab.sign_in(BOOTSTRAP_KEY)
+    tab.page.wait_for_selector("#sessions-table")
+    tab.page.goto(f"{tab.base_url}/console/#/sessions/{first}")
+    tab.page.click(f".node[data-id='{record['id']}']")
+    tab.page.select_option("#target-kind", "memory")
+    tab.page.click("#preview")
+    tab.page.wait_for_selector("#other-sessions")
+    assert second in tab.page.inner_text("#other-sessions")
+    assert f"{ns}/pet" in tab.page.inner_text("#plan")
+    assert client.get(f"/v1/memory/{ns}/pet").status_code == 200  # a plan changes nothing
+    assert tab.unexpected() == []

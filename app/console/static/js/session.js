@@ -68,7 +68,7 @@ export async function sessionView(id) {
 
   const select = (aid) => {
     selected = aid;
-    targetKind.value = "artifact";
+    if (targetKind.value !== "memory") targetKind.value = "artifact";
     syncTarget();
     const a = artifacts.find((x) => x.id === aid);
     clear(detail);
@@ -106,7 +106,8 @@ export async function sessionView(id) {
     h("option", { value: "artifact" }, "the selected artifact"),
     h("option", { value: "text" }, "a text span"),
     h("option", { value: "keyword" }, "a keyword search"),
-    h("option", { value: "query" }, "a meaning (query)"));
+    h("option", { value: "query" }, "a meaning (query)"),
+    h("option", { value: "memory" }, "the selected memory record (every session)"));
   const targetText = h("input", { id: "target-text", type: "text", placeholder: "text, keyword or query",
     "aria-label": "target text" });
   const useSelection = h("button", { type: "button", class: "ghost", id: "use-selection",
@@ -115,7 +116,7 @@ export async function sessionView(id) {
     STRATEGIES.map((name) => h("option", { value: name }, name)));
   const preview = h("button", { type: "button", id: "preview" }, "Preview (dry run)");
   const syncTarget = () => {
-    targetText.hidden = targetKind.value === "artifact";
+    targetText.hidden = targetKind.value === "artifact" || targetKind.value === "memory";
     useSelection.hidden = targetKind.value !== "text";
   };
   targetKind.addEventListener("change", syncTarget);
@@ -137,6 +138,11 @@ export async function sessionView(id) {
     if (targetKind.value === "artifact") {
       if (!selected) throw new Error("Pick an artifact on the graph or in the transcript first.");
       return { artifact_id: selected };
+    }
+    if (targetKind.value === "memory") {
+      const a = artifacts.find((x) => x.id === selected);
+      if (!a || !a.memory) throw new Error("Pick a memory artifact (kind memory, at turn 0) first.");
+      return { memory: { namespace: a.memory.namespace, key: a.memory.key } };
     }
     const words = targetText.value.trim();
     if (!words) throw new Error("Type the text, keyword or query to forget.");
