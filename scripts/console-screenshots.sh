@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD"
-LETHE_CONSOLE_SCREENSHOTS=docs/console .venv/bin/pytest -q tests/console/test_console.py -k forget_a_message
+LETHE_CONSOLE_SCREENSHOTS=docs/console .venv/bin/pytest -q tests/console/test_console.py -k "forget_a_message or hundreds"

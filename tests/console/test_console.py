@@ -231,3 +231,33 @@ def test_a_memory_record_plan_shows_the_other_sessions_it_reaches(tab: Tab, clie
     assert f"{ns}/pet" in tab.page.inner_text("#plan")
     assert client.get(f"/v1/memory/{ns}/pet").status_code == 200  # a plan changes nothing
     assert tab.unexpected() == []
+
+
+def test_the_graph_draws_hundreds_of_artifacts_with_zoom_and_pan(tab: Tab, client: httpx.Client) -> None:
+    sid = make_session(client, [])
+    for turn in range(6):  # observations only: no model call, so 300 artifacts cost a few requests
+        inputs = [{"type": "document", "content": f"note {turn}.{i}"} for i in range(50)]
+        r = client.post(f"/v1/sessions/{sid}/turns", json={"inputs": inputs, "generate": False})
+        assert r.status_code == 200, r.text
+    count = len(client.get(f"/v1/sessions/{sid}/artifacts").json()["artifacts"])
+    assert count > 300
+    tab.sign_in(BOOTSTRAP_KEY)
+    tab.page.wait_for_selector("#sessions-table")
+    tab.page.goto(f"{tab.base_url}/console/#/sessions/{sid}")
+    tab.page.wait_for_selector(f".node >> nth={count - 1}", state="attached")
+    assert tab.page.locator(".node").count() == count
+    fitted = tab.page.get_attribute("g.world", "transform")
+    box = tab.page.locator("svg.graph").bounding_box()
+    assert box is not None
+    tab.page.mouse.move(box["x"] + 300, box["y"] + 200)
+    for _ in range(4):
+        tab.page.mouse.wheel(0, -200)
+    zoomed = tab.page.get_attribute("g.world", "transform")
+    tab.page.mouse.down()
+    tab.page.mouse.move(box["x"] + 500, box["y"] + 400, steps=8)
+    tab.page.mouse.up()
+    panned = tab.page.get_attribute("g.world", "transform")
+    assert fitted and zoomed and panned and len({fitted, zoomed, panned}) == 3
+    assert zoomed.split("scale(")[1] == panned.split("scale(")[1]  # a drag moves, it does not zoom
+    tab.shot("graph-large")
+    assert tab.unexpected() == []

@@ -1,6 +1,6 @@
 // The console's shell: sign-in, navigation and hash routes. Every view calls only the public /v1 API.
 import { ApiError, api, auth } from "./api.js";
-import { clear, flash, h } from "./dom.js";
+import { clear, flash, h, put } from "./dom.js";
 import { jobView, jobsView, webhooksView } from "./jobs.js";
 import { memoryView } from "./memory.js";
 import { sessionView } from "./session.js";
@@ -42,7 +42,7 @@ function loginView(message) {
       status.append(h("div", { class: "error", role: "alert", id: "login-error" }, text));
     }
   });
-  clear(view).append(form);
+  put(view, form);
   input.focus();
 }
 
@@ -67,10 +67,10 @@ async function route() {
     link.classList.toggle("active", link.getAttribute("data-nav") === found[2]);
   }
   const host = h("section", { class: "page" }, h("p", { class: "muted" }, "Loading…"));
-  clear(view).append(host);
+  put(view, host);
   try {
     const content = await found[1](hash.match(found[0]));
-    if (mine === generation) clear(host).append(content);
+    if (mine === generation) put(host, content);
   } catch (error) {
     if (mine !== generation) return;
     if (error instanceof ApiError && error.status === 401) {

@@ -49,3 +49,9 @@ export function badge(status) {
 export function flash(host, error) {
   host.append(h("div", { class: "error", role: "alert" }, error && error.message ? error.message : String(error)));
 }
+
+// Replace an element's children (nested arrays flattened, null/false skipped, strings as text).
+export function put(el, ...children) {
+  clear(el);
+  return fill(el, {}, children);
+}

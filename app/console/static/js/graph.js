@@ -3,7 +3,7 @@
 import { clear, h, s } from "./dom.js";
 
 const W = 168;
-const H = 46;
+const H = 56;
 const GAP_X = 74;
 const GAP_Y = 14;
 const PAD = 24;
@@ -49,10 +49,9 @@ export function drawGraph(host, artifacts, { onSelect }) {
     const node = s("g", { class: `node kind-${a.kind}`, "data-id": a.id, transform: `translate(${x},${y})` },
       title,
       s("rect", { width: W, height: H, rx: 6 }),
-      s("text", { x: 8, y: 16, class: "k" }, `${a.kind} · t${a.turn}`),
-      s("text", { x: W - 8, y: 16, class: "span", "text-anchor": "end" },
-        `[${a.token_span[0]},${a.token_span[1]}) ${tokens}t`),
-      s("text", { x: 8, y: 35, class: "c" }, snippet(a.content, 24) || "∅"));
+      s("text", { x: 8, y: 15, class: "k" }, `${a.kind} · turn ${a.turn}`),
+      s("text", { x: 8, y: 30, class: "span" }, `tokens [${a.token_span[0]}, ${a.token_span[1]}) · ${tokens}`),
+      s("text", { x: 8, y: 47, class: "c" }, snippet(a.content, 24) || "∅"));
     nodeEls.set(a.id, { node, title, base: title.textContent });
     nodes.append(node);
   }

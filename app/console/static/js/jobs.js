@@ -1,7 +1,7 @@
 // Forget jobs (status, receipts, the replay-cost chart) and detector-webhook deliveries.
 import { api, seg } from "./api.js";
 import { costChart, costPoints } from "./chart.js";
-import { badge, clear, h, short, table, when } from "./dom.js";
+import { badge, h, put, short, table, when } from "./dom.js";
 import { receiptView } from "./receipt.js";
 
 function targetText(target) {
@@ -45,7 +45,7 @@ export async function jobsView() {
     state.cursors[state.page + 1] = page.next_cursor;
     prev.disabled = state.page === 0;
     next.disabled = !page.next_cursor;
-    clear(body).append(page.jobs.length
+    put(body, page.jobs.length
       ? table(["job", "created", "status", "strategy", "target", "sessions", "replayed", "computed", "full reset",
         "ms"], page.jobs.map(jobRow), { id: "jobs-table" })
       : h("p", { class: "muted" }, "No forget job."));
@@ -58,7 +58,7 @@ export async function jobsView() {
       jobs.push(...page.jobs);
       cursor = page.next_cursor;
     } while (cursor && jobs.length < 500);
-    clear(chartHost).append(costChart(costPoints(jobs)));
+    put(chartHost, costChart(costPoints(jobs)));
   };
   status.addEventListener("change", () => { state.status = status.value; state.cursors = [null]; state.page = 0; load(); });
   prev.addEventListener("click", () => { state.page -= 1; load(); });
@@ -94,7 +94,7 @@ export async function webhooksView() {
       h("td", { text: when(d.received_at) }),
       h("td", {}, d.forget_id ? h("a", { href: `#/jobs/${seg(d.forget_id)}`, class: "mono", text: d.forget_id }) : "–"),
       h("td", {}, d.forget_status ? badge(d.forget_status) : "–")));
-    clear(body).append(rows.length
+    put(body, rows.length
       ? table(["webhook-id", "received", "forget job", "job status"], rows, { id: "deliveries-table" })
       : h("p", { class: "muted" }, "No detector-webhook delivery yet."));
   };

@@ -2,7 +2,7 @@
 // see the dry-run plan on the graph (τ, the closure with each node's reason, memory, other sessions, the cost),
 // confirm with a strategy, follow the job, read the receipt.
 import { api, seg } from "./api.js";
-import { badge, clear, flash, h, short } from "./dom.js";
+import { badge, clear, flash, h, put, short } from "./dom.js";
 import { drawGraph } from "./graph.js";
 import { costBar, memorySection, receiptView } from "./receipt.js";
 
@@ -43,7 +43,7 @@ export async function sessionView(id) {
   const jobHost = h("div", { id: "job" });
 
   const describe = () => {
-    clear(info).append(h("h1", { class: "mono", text: session.id }), badge(session.status),
+    put(info, h("h1", { class: "mono", text: session.id }), badge(session.status),
       h("span", { class: "muted" },
         `${session.context_policy} · ${session.turns} turns · ${session.token_count} tokens · epoch ${session.epoch}`),
       session.memory_namespace
@@ -85,7 +85,7 @@ export async function sessionView(id) {
 
   const redraw = () => {
     graph = drawGraph(graphHost, artifacts, { onSelect: select });
-    clear(transcriptHost).append(transcript(artifacts, select));
+    put(transcriptHost, transcript(artifacts, select));
     mark();
   };
 
@@ -107,7 +107,7 @@ export async function sessionView(id) {
     h("option", { value: "text" }, "a text span"),
     h("option", { value: "keyword" }, "a keyword search"),
     h("option", { value: "query" }, "a meaning (query)"),
-    h("option", { value: "memory" }, "the selected memory record (every session)"));
+    h("option", { value: "memory" }, "its memory record (all sessions)"));
   const targetText = h("input", { id: "target-text", type: "text", placeholder: "text, keyword or query",
     "aria-label": "target text" });
   const useSelection = h("button", { type: "button", class: "ghost", id: "use-selection",
@@ -158,7 +158,7 @@ export async function sessionView(id) {
       `Confirm: forget with ${job.strategy}`);
     confirm.addEventListener("click", () => run(forTarget, job.strategy, confirm));
     const trace = mine && mine.trace ? mine.trace : [];
-    clear(planHost).append(h("div", { class: "plan" },
+    put(planHost, h("div", { class: "plan" },
       h("h3", {}, "Plan (dry run: nothing changed yet)"),
       mine ? h("p", { id: "plan-summary" },
         `τ = ${mine.tau} of T = ${mine.T} · closure of ${mine.closure.length} artifacts · `,
@@ -190,7 +190,7 @@ export async function sessionView(id) {
       const seen = [];
       while (true) {
         if (seen[seen.length - 1] !== job.status) seen.push(job.status);
-        clear(progress).append(h("span", {}, "Job ", h("span", { class: "mono", text: job.id }), " ",
+        put(progress, h("span", {}, "Job ", h("span", { class: "mono", text: job.id }), " ",
           seen.map((st, i) => [i ? " → " : "", badge(st)]),
           h("span", { class: "muted" }, ` ${((performance.now() - started) / 1000).toFixed(1)} s`)));
         if (FINAL.has(job.status)) break;

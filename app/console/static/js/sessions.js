@@ -1,6 +1,6 @@
 // Sessions list: newest first, keyset pages, filters by status and context policy.
 import { api, seg } from "./api.js";
-import { badge, clear, h, short, table } from "./dom.js";
+import { badge, h, put, short, table } from "./dom.js";
 
 export async function sessionsView() {
   const state = { status: "", policy: "", cursors: [null], page: 0 };
@@ -32,7 +32,7 @@ export async function sessionsView() {
       h("td", { class: "num", text: ses.token_count }),
       h("td", { text: ses.memory_namespace || "" }),
       h("td", { class: "mono", text: ses.pending_tool_calls.length ? short(ses.pending_tool_calls[0].id) : "" })));
-    clear(body).append(rows.length
+    put(body, rows.length
       ? table(["session", "status", "policy", "turns", "tokens", "memory namespace", "pending call"], rows,
         { id: "sessions-table" })
       : h("p", { class: "muted" }, "No session matches."));
