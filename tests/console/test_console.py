@@ -261,3 +261,30 @@ def test_the_graph_draws_hundreds_of_artifacts_with_zoom_and_pan(tab: Tab, clien
     assert zoomed.split("scale(")[1] == panned.split("scale(")[1]  # a drag moves, it does not zoom
     tab.shot("graph-large")
     assert tab.unexpected() == []
+
+
+def test_a_text_span_selected_in_the_transcript_is_planned(tab: Tab, client: httpx.Client) -> None:
+    sid = make_session(client, ["My locker code is 4417 and I like tea."])
+    tab.sign_in(BOOTSTRAP_KEY)
+    tab.page.wait_for_selector("#sessions-table")
+    tab.page.goto(f"{tab.base_url}/console/#/sessions/{sid}")
+    tab.page.wait_for_selector(".node")
+    tab.page.click("#tab-transcript")
+    message = tab.page.locator(".msg.kind-user .content", has_text="4417")
+    # Select "4417" inside the message the way a drag would, then release the mouse over the transcript.
+    message.evaluate("""el => {
+        const node = el.firstChild, at = node.textContent.indexOf("4417");
+        const range = document.createRange();
+        range.setStart(node, at);
+        range.setEnd(node, at + 4);
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+        el.dispatchEvent(new MouseEvent("mouseup", {bubbles: true}));
+    }""")
+    assert tab.page.input_value("#target-kind") == "text" and tab.page.input_value("#target-text") == "4417"
+    tab.page.click("#preview")
+    summary = tab.page.wait_for_selector("#plan-summary")
+    assert summary is not None and "τ = 1" in summary.inner_text()
+    assert tab.page.locator(".msg.target").count() == 1
+    assert tab.unexpected() == []
