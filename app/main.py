@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api.problems import install_problem_handlers, problem_doc
 from app.api.routers import forget, health, memory, sessions, webhooks
+from app.console import routes as console
 from app.container import Container, EngineSlot
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
@@ -85,5 +86,6 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
         app.include_router(router, responses=V1_ERRORS)
     app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
     app.include_router(webhooks.router, responses={401: problem_doc("Bad signature or stale timestamp")})
+    app.include_router(console.router)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app

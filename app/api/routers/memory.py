@@ -22,8 +22,11 @@ from app.api.schemas.memory import (
     MemoryRecordOut,
     MemoryWrite,
     MemoryWriteOut,
+    NamespaceList,
+    NamespaceOut,
 )
 from app.forget.service import JobCascade
+from app.memory.catalog import MemoryCatalog
 from app.memory.service import MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag
 
@@ -62,14 +65,45 @@ async def batch_write(namespace: Namespace, body: BatchRequest, principal: Princ
     return BatchOut(results=results)
 
 
+def get_catalog(container: ContainerDep) -> MemoryCatalog:
+    return MemoryCatalog(container.db)
+
+
+CatalogDep = Annotated[MemoryCatalog, Depends(get_catalog)]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")]
+
+
+@router.get("", response_model=NamespaceList, summary="The tenant's namespaces with key counts, in name order")
+async def list_namespaces(
+    principal: PrincipalDep, catalog: CatalogDep, limit: Limit = 100, cursor: Cursor = None
+) -> NamespaceList:
+    rows, next_cursor = await catalog.page_namespaces(principal.tenant_id, cursor=cursor, limit=limit)
+    return NamespaceList(
+        namespaces=[
+            NamespaceOut(namespace=r.namespace, live_keys=r.live_keys, forgotten_keys=r.forgotten_keys,
+                         updated_at=r.updated_at)
+            for r in rows
+        ],
+        next_cursor=next_cursor,
+    )
+
+
 @router.get("/{namespace}", response_model=KeyList, summary="Live keys of a namespace")
 async def list_keys(
     namespace: Namespace,
     principal: PrincipalDep,
     memory: MemoryDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    catalog: CatalogDep,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+    include_forgotten: Annotated[
+        bool, Query(description="Also list tombstoned keys (their names, never a value), named in `forgotten`")
+    ] = False,
 ) -> KeyList:
+    if include_forgotten:
+        rows, after = await catalog.page_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit)
+        return KeyList(keys=[r.key for r in rows], next_cursor=after, forgotten=[r.key for r in rows if r.forgotten])
     keys, next_cursor = await memory.list_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit)
     return KeyList(keys=keys, next_cursor=next_cursor)
 

@@ -81,6 +81,22 @@ class BatchOut(BaseModel):
 class KeyList(BaseModel):
     keys: list[str]
     next_cursor: str | None
+    forgotten: list[str] = Field(
+        default_factory=list,
+        description="With `include_forgotten=true`: the keys of this page that are tombstones (names only)",
+    )
+
+
+class NamespaceOut(BaseModel):
+    namespace: str
+    live_keys: int = Field(description="Keys whose newest version is a value")
+    forgotten_keys: int = Field(description="Keys whose newest version is a tombstone")
+    updated_at: datetime = Field(description="The newest write or tombstone in the namespace")
+
+
+class NamespaceList(BaseModel):
+    namespaces: list[NamespaceOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page")
 
 
 class HistoryEntry(BaseModel):
