@@ -89,7 +89,10 @@ async def list_namespaces(
     )
 
 
-@router.get("/{namespace}", response_model=KeyList, summary="Live keys of a namespace")
+# exclude_unset: without include_forgotten the page keeps its original shape (no empty `forgotten`).
+@router.get(
+    "/{namespace}", response_model=KeyList, response_model_exclude_unset=True, summary="Live keys of a namespace"
+)
 async def list_keys(
     namespace: Namespace,
     principal: PrincipalDep,
