@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from app.ids import plausible
 
 UNKNOWN_ID = "unknown_id"
+ID_PATTERN = r"^[A-Za-z0-9_-]+$"  # for an id in a query, where a malformed one is a 422 (app/ids.py `plausible`)
 
 
 def _plausible(value: str) -> str:

@@ -10,6 +10,7 @@ added later without a row here fails the test.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -275,6 +276,30 @@ def test_memory_names_that_cannot_be_stored_are_422(
     assert stored_marks(database_url) == []
 
 
+def test_every_string_query_parameter_refuses_unstorable_text(client: httpx.Client, database_url: str) -> None:
+    spec = client.get("/openapi.json").json()
+    # Cursors that decode to a NUL: a memory listing's (the last key) and a keyset listing's ([created_at, id]).
+    keyset = json.dumps(["2026-01-01T00:00:00+00:00", NUL]).encode()
+    forged = {True: base64.urlsafe_b64encode(NUL.encode()).decode(), False: base64.urlsafe_b64encode(keyset).decode()}
+    checked = 0
+    for template, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] != "query" or "string" not in json.dumps(parameter["schema"]):
+                    continue
+                url = re.sub(r"\{[^}]+\}", "ns", template)  # (only the memory routes have both)
+                values = [NUL, "x" * 401]
+                if parameter["name"] == "cursor":
+                    values.append(forged[template.startswith("/v1/memory")])
+                for value in values:
+                    response = client.request(method.upper(), url, params={parameter["name"]: value})
+                    body = problem(response, 422)
+                    assert MARK not in json.dumps(body["errors"] if "errors" in body else body["detail"])
+                    checked += 1
+    assert checked >= 10
+    assert stored_marks(database_url) == []
+
+
 def test_invalid_utf8_and_cesu_encoded_surrogates_in_a_body_are_refused(client: httpx.Client) -> None:
     headers = {"content-type": "application/json"}
     for raw in (b'{"system_prompt": "\xff"}', b'{"system_prompt": "a\xed\xa0\x80b"}', b'{"system_prompt": "a\x00"}'):
@@ -287,7 +312,7 @@ def test_invalid_utf8_and_cesu_encoded_surrogates_in_a_body_are_refused(client: 
 
 def operations(spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for path, methods in spec["paths"].items():
-        if path.startswith("/v1/") and not path.startswith("/v1/webhooks/"):
+        if path.startswith("/v1/") and path != "/v1/webhooks/detector":  # which authenticates by its signature
             for method in methods:
                 yield method.upper(), path
 

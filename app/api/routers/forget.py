@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
-from app.api.params import ObjectId
+from app.api.params import ID_PATTERN, ObjectId
 from app.api.problems import problem_doc
 from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
 from app.forget.listing import page_jobs
@@ -63,7 +63,8 @@ async def list_forget_jobs(
         Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] | None, Query()
     ] = None,
     session_id: Annotated[
-        str | None, Query(min_length=1, max_length=64, description="Jobs whose target or receipt reaches it")
+        str | None,
+        Query(min_length=1, max_length=64, pattern=ID_PATTERN, description="Jobs whose target or receipt reaches it"),
     ] = None,
 ) -> ForgetJobList:
     views, next_cursor = await page_jobs(
