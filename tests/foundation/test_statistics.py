@@ -1,5 +1,5 @@
 """Forgotten text does not survive in PostgreSQL's planner statistics: columns holding user text carry none
-(migration 0005), so an ANALYZE taken while the text was live leaves nothing for a forget to miss."""
+(migration 0006), so an ANALYZE taken while the text was live leaves nothing for a forget to miss."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_every_user_text_column_carries_no_statistics(live_server: Any, database
     assert len(user_text) >= 18
     collecting = [(r["relname"], r["attname"]) for r in user_text
                   if (r["relname"], r["attname"]) not in KEPT and r["attstattarget"] != 0]
-    assert collecting == [], "add these columns to migration 0005's list (or to KEPT if they hold only ids)"
+    assert collecting == [], "add these columns to migration 0006's list (or to KEPT if they hold only ids)"
 
 
 def markers_in_statistics(database_url: str, markers: list[str]) -> list[tuple[str, str]]:
