@@ -6,6 +6,7 @@ B-tree inserts local, and carry no information a client could rely on beyond the
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 
@@ -26,3 +27,13 @@ def new_id(prefix: str) -> str:
 
 def has_prefix(value: str, prefix: str) -> bool:
     return value.startswith(prefix + "_") and len(value) == len(prefix) + 27
+
+
+_PLAUSIBLE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def plausible(value: str) -> bool:
+    """Whether `value` could be an id this service issued: letters, digits, `_` and `-`, at most 64 characters (the
+    API's bound for ids; the ones it issues are shorter). Anything else names nothing: it answers 404 without a
+    database lookup, so a NUL or an unpaired surrogate in a path never reaches a statement."""
+    return _PLAUSIBLE.fullmatch(value) is not None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.errors import InvalidRequest
+from app.text import storable
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ def decode(cursor: str) -> Position:
         position = Position(datetime.fromisoformat(created_at), row_id)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise InvalidRequest("cursor is not one this API handed out") from None
-    if not isinstance(row_id, str) or position.created_at.tzinfo is None:
+    if not isinstance(row_id, str) or not storable(row_id) or position.created_at.tzinfo is None:
         raise InvalidRequest("cursor is not one this API handed out")
     return position
 

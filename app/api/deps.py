@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.container import Container
@@ -26,8 +28,28 @@ async def get_principal(
 ) -> Principal:
     if credentials is None:
         raise Unauthorized("send Authorization: Bearer <api key>")
-    return await get_container(request).tenants.authenticate(f"Bearer {credentials.credentials}")
+    principal = await get_container(request).tenants.authenticate(f"Bearer {credentials.credentials}")
+    request.state.principal = principal  # authenticate_first need not ask the database again
+    return principal
 
 
 ContainerDep = Annotated[Container, Depends(get_container)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def _needs_principal(dependant: Dependant) -> bool:
+    return any(d.call is get_principal or _needs_principal(d) for d in dependant.dependencies)
+
+
+async def authenticate_first(request: Request) -> None:
+    """Raise Unauthorized when the matched route needs an API key and the request has no valid one.
+
+    FastAPI reads and parses the body before it runs dependencies (a body that is not JSON fails there), and
+    reports validation errors after them; the problem handlers call this before answering any of those, so a
+    caller without a valid key learns nothing about its request beyond the 401."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not _needs_principal(route.dependant):
+        return
+    if getattr(request.state, "principal", None) is not None:
+        return
+    await get_container(request).tenants.authenticate(request.headers.get("authorization"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -10,8 +11,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.deps import authenticate_first
+from app.api.params import UNKNOWN_ID
 from app.api.schemas.common import ProblemDetails
-from app.errors import LetheError
+from app.errors import LetheError, NotFound
 from app.openai_compat import errors as compat
 
 PROBLEM_JSON = "application/problem+json"
@@ -23,6 +26,8 @@ _HTTP_TITLES = {
     406: "Not acceptable", 409: "Conflicting state", 413: "Payload too large", 415: "Unsupported media type",
     422: "Invalid request", 429: "Too many requests",
 }
+
+_BODY_ERRORS = frozenset({400, 415, 422})
 
 
 def problem(status: int, slug: str, title: str, detail: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -48,23 +53,49 @@ def problem_response(error: LetheError, *, instance: str | None = None) -> JSONR
     return JSONResponse(body, status_code=error.status, headers=headers, media_type=PROBLEM_JSON)
 
 
+_LOC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+
+
+def _loc_step(step: Any) -> Any:
+    """A location step as it may be echoed: an index or a name. An unknown member's name is the client's text (a
+    NUL in it, or words it wants forgotten): it is replaced."""
+    return step if isinstance(step, int) or (isinstance(step, str) and _LOC_NAME.fullmatch(step)) else "<member>"
+
+
 def _jsonable_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     out = []
     for err in exc.errors():
         # Echo where and why, never the offending input: it may be the very text a client wants forgotten.
-        out.append({"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": err.get("type", "")})
+        loc = [_loc_step(step) for step in err.get("loc", ())]
+        msg = str(err.get("msg", ""))
+        for given in (err.get("input"), (err.get("ctx") or {}).get("tag")):  # a few messages quote the input
+            if isinstance(given, str) and given and given in msg:
+                msg = msg.replace(given, "<input>")
+        out.append({"loc": loc, "msg": msg, "type": err.get("type", "")})
     return out
+
+
+def _error_response(request: Request, error: LetheError) -> JSONResponse:
+    """A domain error in the form its route speaks: OpenAI's error body on the compatible routes, else a problem."""
+    if compat.is_compat_path(request.url.path):
+        return compat.from_lethe(error)
+    return problem_response(error, instance=request.url.path)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(LetheError)
     async def _domain(request: Request, exc: LetheError) -> JSONResponse:
-        if compat.is_compat_path(request.url.path):
-            return compat.from_lethe(exc)
-        return problem_response(exc, instance=request.url.path)
+        return _error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        try:
+            await authenticate_first(request)
+        except LetheError as denied:
+            return _error_response(request, denied)
+        if any(e.get("type") == UNKNOWN_ID and tuple(e.get("loc", ()))[:1] == ("path",) for e in exc.errors()):
+            # A path id that cannot exist (app/api/params.py) is an unknown id, answered before any lookup.
+            return _error_response(request, NotFound("no object has this id"))
         if compat.is_compat_path(request.url.path):
             return compat.from_validation(_jsonable_errors(exc))
         body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
@@ -73,6 +104,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code in _BODY_ERRORS:  # a body FastAPI could not even parse: authenticate first, as above
+            try:
+                await authenticate_first(request)
+            except LetheError as denied:
+                return _error_response(request, denied)
         title = _HTTP_TITLES.get(exc.status_code, "HTTP error")
         if compat.is_compat_path(request.url.path):
             message = exc.detail if isinstance(exc.detail, str) else title

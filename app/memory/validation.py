@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from app.errors import InvalidRequest, PreconditionRequired
+from app.text import storable
 
 # Used with fullmatch: Python's `$` would also accept a trailing newline.
 _NAMESPACE = re.compile(r"[^/:\x00-\x1f\x7f]{1,200}")  # ':' is reserved for `{namespace}:batch`
@@ -41,16 +42,6 @@ def check_source(source: str) -> None:
         raise InvalidRequest("source must be 1-100 characters without control characters")
 
 
-def _storable_text(text: str) -> bool:
-    if "\x00" in text:  # PostgreSQL text and jsonb cannot hold NUL
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a JSON \ud800 escape
-        return False
-    return True
-
-
 def check_value(value: Any) -> None:
     """Reject what JSON parsing lets through but jsonb refuses, and nesting deeper than MAX_DEPTH (the response
     serializer has a depth limit of its own: a value it cannot render would be writable but never readable).
@@ -59,7 +50,7 @@ def check_value(value: Any) -> None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if not _storable_text(item):
+            if not storable(item):
                 raise InvalidRequest("value holds a NUL character or an unpaired surrogate")
         elif isinstance(item, float):
             if not math.isfinite(item):
@@ -71,7 +62,7 @@ def check_value(value: Any) -> None:
                 stack.extend((inner, depth + 1) for inner in item)
                 continue
             for member, inner in item.items():
-                if not isinstance(member, str) or not _storable_text(member):
+                if not isinstance(member, str) or not storable(member):
                     raise InvalidRequest("value holds an object member name that cannot be stored")
                 stack.append((inner, depth + 1))
 

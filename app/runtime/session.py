@@ -185,7 +185,7 @@ class SessionService:
         return views, pagination.next_cursor(positions, limit)
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
-        async with self._queued(session_id) as deadline, self.db.transaction() as tx:
+        async with self._queued(tenant_id, session_id) as deadline, self.db.transaction() as tx:
             await self._lock(tx, tenant_id, session_id, deadline)  # waits out a turn in flight rather than racing it
             await sessions_repo.delete_session(tx, tenant_id, session_id)
         handle = self.handles.pop(session_id)
@@ -204,12 +204,17 @@ class SessionService:
     ) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
         """The session to oneself, as a turn has it: the row locked in a transaction that commits on exit. A forget
         runs its whole rebuild inside, so a turn that arrives meanwhile waits and then applies to the new state."""
-        async with self._queued(session_id, timeout_s) as deadline, self.db.transaction() as tx:
+        async with self._queued(tenant_id, session_id, timeout_s) as deadline, self.db.transaction() as tx:
             yield tx, await self._lock(tx, tenant_id, session_id, deadline)
 
     @asynccontextmanager
-    async def _queued(self, session_id: str, timeout_s: float | None = None) -> AsyncIterator[float]:
-        """Wait in this process's queue for the session (bounded); yields the deadline left for the row lock."""
+    async def _queued(self, tenant_id: str, session_id: str, timeout_s: float | None = None) -> AsyncIterator[float]:
+        """Wait in this process's queue for the session (bounded); yields the deadline left for the row lock.
+
+        Only the session's own tenant queues: another tenant's request on the id answers 404 at once, instead of
+        waiting behind (or delaying) the owner's turns and answering 409, which would tell it the session exists."""
+        async with self.db.transaction() as tx:
+            await self._require(tx, tenant_id, session_id)
         bound = self.lock_timeout_s if timeout_s is None else timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
@@ -230,7 +235,10 @@ class SessionService:
         except sessions_repo.LockTimeout:
             raise _busy(session_id) from None
         if row is None:
-            self.handles.pop(session_id)  # deleted elsewhere: this process's handle is garbage now
+            # Deleted elsewhere: this process's handle is garbage now. Only then: a request naming another
+            # tenant's session must leave everything of it alone, its cache handle included.
+            if await sessions_repo.tenant_of(tx, session_id) is None:
+                self.handles.pop(session_id)
             raise NotFound(f"no session {session_id!r}")
         if row.status == "forgetting":
             # A forget that marks the session and works outside the row lock: nothing may change under it.
@@ -262,7 +270,7 @@ class SessionService:
         # it needs no engine, so it works while the model loads.
         engine = None if empty else self._engine()
         blocks = [] if engine is None else [render(engine.chat, o) for o in observations]
-        async with self._queued(session_id) as deadline, self.db.transaction() as tx:
+        async with self._queued(tenant_id, session_id) as deadline, self.db.transaction() as tx:
             row = await self._lock(tx, tenant_id, session_id, deadline)
             if expect_turns is not None and row.turns != expect_turns:
                 raise StaleHead(f"session {session_id!r} moved on: {row.turns} transitions, expected {expect_turns}")
@@ -415,7 +423,7 @@ class SessionService:
         memory namespace as `summary.<session id>` with source `summarizer` and the summary's provenance, in the
         same transaction. Returns the session and the summary artifact's id."""
         engine = self._engine()
-        async with self._queued(session_id) as deadline, self.db.transaction() as tx:
+        async with self._queued(tenant_id, session_id) as deadline, self.db.transaction() as tx:
             row = await self._lock(tx, tenant_id, session_id, deadline)
             summary_id = await self._compact_locked(tx, engine, row, keep_last_turns, write_back)
         return SessionView(row, "idle"), summary_id

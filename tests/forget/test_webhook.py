@@ -8,12 +8,16 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 
+from app.observability.logging import request_id_var
 from tests.forget.forget_helpers import artifacts, run_script, wait_job
 from tests.support import WEBHOOK_SECRET, problem, sql
 
@@ -122,3 +126,85 @@ def test_verified_but_invalid_flags_are_problems(
     other_session, _ = run_script(client, [], FAST)
     elsewhere = body_for(other_session, doc)
     problem(anon.post("/v1/webhooks/detector", content=elsewhere, headers=headers("bad3", elsewhere)), 404)
+
+
+# -- hostile deliveries (issue 18) ----------------------------------------------------------------------------
+
+@contextmanager
+def statements(live_server: Any) -> Iterator[list[tuple[str | None, str]]]:
+    """(request id, SQL) of every statement the live app issues meanwhile, from its own engine."""
+    engine = live_server.app.state.container.db.engine.sync_engine
+    seen: list[tuple[str | None, str]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append((request_id_var.get(), statement))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_an_unsigned_delivery_never_reaches_the_database(
+    anon: httpx.Client, live_server: Any, flagged: tuple[str, str]
+) -> None:
+    session_id, doc = flagged
+    nul = json.dumps({"session_id": session_id + "\u0000", "artifact_id": doc, "text": "a\u0000b"}).encode()
+    valid = body_for(session_id, doc)
+    forged_mac = "v1," + base64.b64encode(b"\x01" * 32).decode()
+    now = str(int(time.time()))
+    cases = {
+        "no headers, NUL body": (nul, {}),
+        "garbage signature, NUL body": (nul, {"webhook-id": "m", "webhook-timestamp": now, "webhook-signature": "x"}),
+        "short signature": (valid, {"webhook-id": "m", "webhook-timestamp": now, "webhook-signature": "v1,AAAA"}),
+        "no webhook-id": (valid, {"webhook-timestamp": now, "webhook-signature": forged_mac}),
+        "stale timestamp": (valid, {"webhook-id": "m", "webhook-timestamp": str(int(time.time()) - 3600),
+                                    "webhook-signature": forged_mac}),
+        "timestamp not a number": (valid, {"webhook-id": "m", "webhook-timestamp": "soon",
+                                           "webhook-signature": forged_mac}),
+        "session id with NUL": (nul, {"webhook-id": "m", "webhook-timestamp": now, "webhook-signature": forged_mac}),
+        "long session id": (body_for("ses_" + "a" * 300, doc),
+                            {"webhook-id": "m", "webhook-timestamp": now, "webhook-signature": forged_mac}),
+        "not json": (b"\xff\xfe\x00", {"webhook-id": "m", "webhook-timestamp": now, "webhook-signature": forged_mac}),
+    }
+    with statements(live_server) as seen:
+        for name, (body, extra) in cases.items():
+            request_id = f"unsigned-{len(seen)}-{name.replace(' ', '-').replace(',', '')}"
+            response = anon.post("/v1/webhooks/detector", content=body,
+                                 headers={"content-type": "application/json", "x-request-id": request_id, **extra})
+            problem(response, 401)
+            assert [s for rid, s in seen if rid == request_id] == [], name
+        # A well-formed signature that does not verify costs one read-only lookup of the owner's secret by the
+        # checked session id, and nothing else.
+        response = anon.post("/v1/webhooks/detector", content=valid, headers={
+            "content-type": "application/json", "x-request-id": "forged-mac",
+            "webhook-id": "m", "webhook-timestamp": now, "webhook-signature": forged_mac})
+        problem(response, 401)
+        issued = [s for rid, s in seen if rid == "forged-mac"]
+        assert len(issued) == 1 and issued[0].lstrip().upper().startswith("SELECT"), issued
+
+
+def test_a_webhook_id_longer_than_its_column_is_422(
+    anon: httpx.Client, flagged: tuple[str, str], database_url: str
+) -> None:
+    session_id, doc = flagged
+    body = body_for(session_id, doc)
+    long_id = "w" * 300
+    body_json = problem(anon.post("/v1/webhooks/detector", content=body, headers=headers(long_id, body)), 422)
+    assert body_json["errors"][0]["loc"] == ["header", "webhook-id"]
+    assert not sql(database_url, "SELECT 1 FROM webhook_deliveries WHERE length(webhook_id) > 200")
+
+
+@pytest.mark.parametrize("field", ["text", "detector", "artifact_id"])
+@pytest.mark.parametrize("bad", ["span\u0000end", "span\ud800end"])
+def test_a_signed_delivery_with_unstorable_text_is_422(
+    anon: httpx.Client, flagged: tuple[str, str], database_url: str, field: str, bad: str
+) -> None:
+    session_id, doc = flagged
+    payload = {"session_id": session_id, "artifact_id": doc, "text": "span", "detector": "test", field: bad}
+    body = json.dumps(payload).encode()
+    msg_id = f"unstorable-{field}-{len(bad)}-{ord(bad[4])}"
+    answer = problem(anon.post("/v1/webhooks/detector", content=body, headers=headers(msg_id, body)), 422)
+    assert "span" not in json.dumps(answer.get("errors", []))
+    assert not sql(database_url, "SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1", msg_id)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.params import ID_PATTERN, ObjectId
 from app.api.problems import problem_doc
 from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
 from app.forget.listing import page_jobs
@@ -62,7 +63,8 @@ async def list_forget_jobs(
         Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] | None, Query()
     ] = None,
     session_id: Annotated[
-        str | None, Query(min_length=1, max_length=64, description="Jobs whose target or receipt reaches it")
+        str | None,
+        Query(min_length=1, max_length=64, pattern=ID_PATTERN, description="Jobs whose target or receipt reaches it"),
     ] = None,
 ) -> ForgetJobList:
     views, next_cursor = await page_jobs(
@@ -72,7 +74,7 @@ async def list_forget_jobs(
 
 
 @router.get("/{id}", response_model=ForgetJobOut, summary="A forget job and its receipt")
-async def get_forget_job(id: str, principal: PrincipalDep, forget: ForgetDep) -> ForgetJobOut:
+async def get_forget_job(id: ObjectId, principal: PrincipalDep, forget: ForgetDep) -> ForgetJobOut:
     return job_out(await forget.get(principal.tenant_id, id))
 
 
@@ -83,6 +85,6 @@ async def get_forget_job(id: str, principal: PrincipalDep, forget: ForgetDep) ->
     responses={409: problem_doc("The job is not waiting for a tool result")},
 )
 async def provide_tool_result(
-    id: str, body: ToolResultForJob, principal: PrincipalDep, forget: ForgetDep
+    id: ObjectId, body: ToolResultForJob, principal: PrincipalDep, forget: ForgetDep
 ) -> ForgetJobOut:
     return job_out(await forget.provide(principal.tenant_id, id, body.tool_call_id, body.content))

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.params import ObjectId
 from app.api.problems import problem_doc
 from app.api.routers.forget import job_out
 from app.api.schemas.sessions import (
@@ -175,14 +176,14 @@ async def list_sessions(
 
 
 @router.get("/{id}", response_model=SessionOut, summary="Get a session")
-async def get_session(id: str, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
+async def get_session(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
     return _session_out(await sessions.get(principal.tenant_id, id))
 
 
 @router.delete(
     "/{id}", status_code=204, summary="Purge a session, its artifacts, checkpoints and cache", responses=BUSY
 )
-async def delete_session(id: str, principal: PrincipalDep, sessions: SessionsDep) -> Response:
+async def delete_session(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep) -> Response:
     await sessions.delete(principal.tenant_id, id)
     return Response(status_code=204)
 
@@ -200,7 +201,7 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 @router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_RESPONSES)
 async def post_turn(
-    id: str, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep
+    id: ObjectId, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep
 ) -> TurnOut | StreamingResponse:
     request = _deletion_request(body)
     if request is not None:  # answered with a plan; never a transition, never stored
@@ -266,7 +267,7 @@ def _turn_out(result: TurnResult) -> TurnOut:
 
 
 @router.get("/{id}/artifacts", response_model=ArtifactList, summary="The ordered artifacts of the live state")
-async def list_artifacts(id: str, principal: PrincipalDep, sessions: SessionsDep) -> ArtifactList:
+async def list_artifacts(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep) -> ArtifactList:
     return ArtifactList(artifacts=[_artifact_out(v) for v in await sessions.artifacts(principal.tenant_id, id)])
 
 
@@ -274,7 +275,7 @@ async def list_artifacts(id: str, principal: PrincipalDep, sessions: SessionsDep
     "/{id}/artifacts/{artifact_id}/descendants", response_model=ArtifactList, summary="Taint closure of an artifact"
 )
 async def artifact_descendants(
-    id: str, artifact_id: str, principal: PrincipalDep, sessions: SessionsDep
+    id: ObjectId, artifact_id: ObjectId, principal: PrincipalDep, sessions: SessionsDep
 ) -> ArtifactList:
     views = await sessions.descendants(principal.tenant_id, id, artifact_id)
     return ArtifactList(artifacts=[_artifact_out(v) for v in views])
@@ -285,7 +286,7 @@ async def artifact_descendants(
     responses={**TURN_ERRORS, 422: problem_doc("Nothing to compact, or write_back without a memory namespace")},
 )
 async def compact_session(
-    id: str, principal: PrincipalDep, sessions: SessionsDep, body: CompactRequest | None = None
+    id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, body: CompactRequest | None = None
 ) -> SessionOut:
     request = body or CompactRequest()
     view, _ = await sessions.compact(

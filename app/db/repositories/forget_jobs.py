@@ -14,7 +14,7 @@ from sqlalchemy import and_, func, literal, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Artifact, ForgetJob, Tenant, WebhookDelivery
+from app.db.models import Artifact, ForgetJob, WebhookDelivery
 from app.pagination import Position
 
 ACTIVE = ("queued", "running")
@@ -169,10 +169,6 @@ async def queue_depth(db: AsyncSession) -> int:
 
 
 # -- webhook deliveries ---------------------------------------------------------------------------------------
-
-
-async def tenant_secret(db: AsyncSession, tenant_id: str) -> str | None:
-    return (await db.execute(select(Tenant.webhook_secret).where(Tenant.id == tenant_id))).scalar_one_or_none()
 
 
 async def record_delivery(db: AsyncSession, tenant_id: str, webhook_id: str) -> bool:

@@ -128,8 +128,8 @@ async def record_forget(
 
 
 async def tenant_of(db: AsyncSession, session_id: str) -> str | None:
-    """The tenant owning a session, for the one caller that knows no tenant yet: a signed webhook, whose signature
-    is checked against that tenant's secret before anything else is read or done."""
+    """The tenant owning a session, whichever it is (the caller is not scoped to one: telling a session deleted
+    meanwhile from another tenant's)."""
     stmt = select(AgentSession.tenant_id).where(AgentSession.id == session_id)
     return (await db.execute(stmt)).scalar_one_or_none()
 

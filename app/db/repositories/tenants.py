@@ -6,7 +6,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import ApiKey, Tenant
+from app.db.models import AgentSession, ApiKey, Tenant
 from app.ids import new_id
 
 
@@ -53,3 +53,15 @@ async def tenant_for_key(db: AsyncSession, key_sha256: str) -> str | None:
         select(ApiKey.tenant_id).where(ApiKey.key_sha256 == key_sha256, ApiKey.revoked_at.is_(None))
     )
     return row.scalar_one_or_none()
+
+
+async def webhook_owner(db: AsyncSession, session_id: str) -> tuple[str, str | None] | None:
+    """(tenant id, webhook secret) of the tenant owning a session, for a detector webhook, which names a session and
+    no tenant; None for an unknown session. The caller passes only an id it has checked (app/ids.py `plausible`)."""
+    stmt = (
+        select(Tenant.id, Tenant.webhook_secret)
+        .join(AgentSession, AgentSession.tenant_id == Tenant.id)
+        .where(AgentSession.id == session_id)
+    )
+    row = (await db.execute(stmt)).one_or_none()
+    return None if row is None else (row[0], row[1])
