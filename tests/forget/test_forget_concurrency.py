@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from app.db.embedded import start_embedded_postgres
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, user, wait_job
 from tests.processes import ServeProcess
 from tests.support import BOOTSTRAP_KEY, HeldLock, sql, wait_in_flight
@@ -73,43 +74,44 @@ def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
     assert_tiles(after)
 
 
-def test_a_job_survives_a_crash_before_its_swap_commits(
-    client: httpx.Client, database_url: str, tmp_path: Path
-) -> None:
+def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
+    """kill -9 of the process running a forget, parked inside the forget's transaction (replayed, not committed);
+    a restarted process finishes the job. On a database of its own: the suite's in-process server would otherwise
+    run a forget worker on the same queue and could be the one to claim the job, which the test cannot kill."""
+    database_url = start_embedded_postgres(tmp_path / "own-db")
+    headers = {"Authorization": f"Bearer {BOOTSTRAP_KEY}"}
     first = ServeProcess(database_url, tmp_path)
     second: ServeProcess | None = None
     try:
         first.wait_ready()
-        crashing = httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {BOOTSTRAP_KEY}"}, timeout=120)
-        session_id, ids = run_script(crashing, SCRIPT, SLOW)
-        # Submitted here, the job wakes this process's worker at once (the test server's only polls), so this is
-        # the process that dies holding it (checked below).
-        with parked_at_its_swap(database_url, ids[0][0]) as swap:
-            job = forget(crashing, {"artifact_id": ids[0][0]})
-            swap.wait_blocked()  # replayed, not committed: the process dies inside the forget's transaction
-            owner = sql(database_url, "SELECT lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]["lease_owner"]
-            assert f":{first.proc.pid}:" in owner  # the process about to die is the one holding the job
-            first.kill()
-        row = sql(database_url, "SELECT status FROM forget_jobs WHERE id = $1", job["id"])[0]
-        assert row["status"] == "running"
-        # the session is exactly as it was: nothing of the half-done replay committed
-        assert client.get(f"/v1/sessions/{session_id}").json()["epoch"] == 0
-        assert [a for a in artifacts(client, session_id) if SECRET in a["content"]]
-        # Restarted, a worker takes the job over once the dead one's lease expires (the test server's worker may
-        # win that race: any process may finish it).
+        with httpx.Client(base_url=first.url, headers=headers, timeout=120) as crashing:
+            session_id, ids = run_script(crashing, SCRIPT, SLOW)
+            with parked_at_its_swap(database_url, ids[0][0]) as swap:
+                job = forget(crashing, {"artifact_id": ids[0][0]})
+                swap.wait_blocked()  # replayed, not committed: the process dies inside the forget's transaction
+                owner = sql(database_url, "SELECT lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]
+                assert f":{first.proc.pid}:" in owner["lease_owner"]  # the only worker on this database
+                first.kill()
+        assert sql(database_url, "SELECT status FROM forget_jobs WHERE id = $1", job["id"])[0]["status"] == "running"
+        # the session is exactly as it was: nothing of the half-done forget committed
+        assert sql(database_url, "SELECT epoch FROM sessions WHERE id = $1", session_id)[0]["epoch"] == 0
+        holding = "SELECT count(*) AS n FROM artifacts WHERE session_id = $1 AND strpos(content, $2) > 0"
+        assert sql(database_url, holding, session_id, SECRET)[0]["n"] > 0
+        # Restarted, the new process takes the job over once the dead one's lease expires.
         second = ServeProcess(database_url, tmp_path)
         second.wait_ready()
-        done = wait_job(client, job["id"])
-        assert done["status"] == "succeeded", done
-        attempts = sql(database_url, "SELECT attempts FROM forget_jobs WHERE id = $1", job["id"])[0]["attempts"]
-        assert attempts == 2
+        with httpx.Client(base_url=second.url, headers=headers, timeout=120) as survivor:
+            done = wait_job(survivor, job["id"])
+            assert done["status"] == "succeeded", done
+            attempts = sql(database_url, "SELECT attempts FROM forget_jobs WHERE id = $1", job["id"])[0]["attempts"]
+            assert attempts == 2
+            after = artifacts(survivor, session_id)
+            reference_id, _ = run_script(survivor, COUNTERFACTUAL, SLOW)
+            assert shape(after) == shape(artifacts(survivor, reference_id))
+            assert_tiles(after)
+            assert survivor.get(f"/v1/sessions/{session_id}").json()["epoch"] == 1
+            post_turn(survivor, session_id, [user("And the weather?")])
     finally:
         first.stop()
         if second is not None:
             second.stop()
-    after = artifacts(client, session_id)
-    reference_id, _ = run_script(client, COUNTERFACTUAL, SLOW)
-    assert shape(after) == shape(artifacts(client, reference_id))
-    assert_tiles(after)
-    assert client.get(f"/v1/sessions/{session_id}").json()["epoch"] == 1
-    post_turn(client, session_id, [user("And the weather?")])
