@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -42,10 +43,18 @@ def serve() -> None:
     from app.main import create_app
 
     settings = _settings()
+    # uvicorn handles SIGTERM (graceful shutdown, bounded by LETHE_SHUTDOWN_GRACE_S), then raises it again once it
+    # is done; with the default disposition that kills the interpreter before its exit handlers run, and the
+    # embedded PostgreSQL this process holds would outlive it. Exiting normally lets them run.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     uvicorn.run(
         create_app(settings), host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @cli.command()

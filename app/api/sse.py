@@ -1,9 +1,10 @@
 """Server-sent events for streaming turns: `delta` events with the reply's text as it is sampled, then one `turn`
 event holding the same object a non-streaming turn answers (or one `error` event with a problem document).
 
-The transition runs as a task the stream only observes: a client that disconnects mid-stream does not cancel it, so
-the turn still commits (as it would have had the client waited). Errors before the first token (a busy session, a
-bad tool result, a prompt too long) are ordinary problem+json answers, not a stream."""
+The transition runs as a task the stream observes. A client that disconnects cancels it: Starlette cancels the
+stream's body, whose `finally` cancels the task, so the generation stops at its next token and the turn writes
+nothing (as if it had never been sent). Errors before the first token (a busy session, a bad tool result, a prompt
+too long) are ordinary problem+json answers, not a stream."""
 
 from __future__ import annotations
 
@@ -38,7 +39,11 @@ async def stream_turn(run: Callable[[TokenSink], Awaitable[M]], chat: ChatTempla
 
     task = asyncio.ensure_future(run(on_tokens))
     task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, _DONE))
-    first = await queue.get()
+    try:
+        first = await queue.get()
+    except BaseException:  # cancelled while waiting for the first token (client gone, shutdown)
+        task.cancel()
+        raise
     if first is _DONE:
         return task.result()  # raises the turn's error as a normal problem answer
     return StreamingResponse(_events(first, queue, task, chat), media_type="text/event-stream",
@@ -46,6 +51,16 @@ async def stream_turn(run: Callable[[TokenSink], Awaitable[M]], chat: ChatTempla
 
 
 async def _events(
+    first: list[int], queue: asyncio.Queue[Any], task: asyncio.Future[M], chat: ChatTemplate
+) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in _turn_events(first, queue, task, chat):
+            yield chunk
+    finally:
+        task.cancel()  # a no-op once the turn finished; else the client is gone and nobody reads the rest
+
+
+async def _turn_events(
     first: list[int], queue: asyncio.Queue[Any], task: asyncio.Future[M], chat: ChatTemplate
 ) -> AsyncIterator[bytes]:
     tokens: list[int] = list(first)

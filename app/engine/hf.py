@@ -14,8 +14,10 @@ A generation that ends on `max_tokens` or a stop string leaves its last token pe
 anything yet); the next prefill forwards it together with the new tokens, in the same way in a run and in its replay.
 
 All model work runs on one worker thread behind a lock, so `async` methods never block the loop and calls on
-different handles serialize. A call whose caller is cancelled still completes on the worker: the handle is then
-consistent, only its answer is lost.
+different handles serialize. A call whose caller is cancelled still completes on the worker, so the handle stays
+consistent and only its answer is lost; a cancelled *generation* stops sampling at its next token (a client that hung
+up, a shutdown), leaving the tokens sampled so far on the log for the caller to crop. `close` stops a running
+generation the same way before it unloads, so shutting down never waits for a long reply to finish.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class HFEngine:
         self._chat: ChatMLTemplate | None = None
         self._max_positions: int | None = None
         self._closed = False
+        self._closing = threading.Event()  # set by close(): any running generation stops at its next token
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -110,6 +113,7 @@ class HFEngine:
     async def close(self) -> None:
         if self._closed:
             return
+        self._closing.set()
         await self._run(self._unload, compute=False)
         self._closed = True
         self._executor.shutdown(wait=False)
@@ -189,7 +193,12 @@ class HFEngine:
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
     ) -> Generation:
         validate(sampling)
-        return await self._run(partial(self._generate, handle, sampling, on_tokens))
+        stop = threading.Event()
+        try:
+            return await self._run(partial(self._generate, handle, sampling, on_tokens, stop))
+        except asyncio.CancelledError:
+            stop.set()  # the worker sees it at the next token; the caller crops what was sampled
+            raise
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
         if not 0 <= n_tokens <= len(handle.tokens):
@@ -314,7 +323,10 @@ class HFEngine:
         self._settle(state)
         return TokenUsage(reused=len(handle.tokens) - prefilled, prefilled=prefilled)
 
-    def _generate(self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None) -> Generation:
+    def _generate(
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
+        cancelled: threading.Event | None = None,
+    ) -> Generation:
         state = self._session(handle)
         prefilled = self._make_resident(state)
         pending = handle.tokens[len(state.covered) :]
@@ -338,6 +350,8 @@ class HFEngine:
         finish: Literal["stop", "length"] = "length"
         stop_at: int | None = None
         while len(token_ids) < room:
+            if self._closing.is_set() or (cancelled is not None and cancelled.is_set()):
+                break  # nobody waits for the rest (finish "length": the log holds what was sampled so far)
             assert state.logits is not None  # every forward pass sets them
             token = sample_token(state.logits, sampling, generator)
             decoded += 1

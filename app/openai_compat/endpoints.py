@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.disconnect import until_disconnect
 from app.openai_compat import streaming
 from app.openai_compat.chat import ChatService
 from app.openai_compat.errors import BadParameter
@@ -189,14 +190,14 @@ async def delete_item(
                                     "content": STREAM}},
 )
 async def create_response(
-    body: ResponseCreate, principal: PrincipalDep, compat: CompatDep
+    body: ResponseCreate, principal: PrincipalDep, compat: CompatDep, http: Request
 ) -> dict[str, Any] | StreamingResponse:
     _checked(body)
     run, skeleton, reply_id = await compat.create_response(principal.tenant_id, body)
     if body.stream:
-        started = await streaming.start(run, compat.sessions.chat())
-        return streaming.sse(streaming.response_events(started, skeleton, reply_id))
-    return await run(None)
+        started = await until_disconnect(http, streaming.start(run, compat.sessions.chat()))
+        return streaming.sse(streaming.response_events(started, skeleton, reply_id), started)
+    return await until_disconnect(http, run(None))
 
 
 @router.get("/responses/{response_id}", response_model=ResponseOut, summary="A response, as its transition is now",
@@ -228,17 +229,17 @@ async def list_input_items(
                                     "events then `[DONE]`", "content": STREAM}},
 )
 async def create_chat_completion(
-    body: ChatCompletionCreate, principal: PrincipalDep, chat: ChatDep
+    body: ChatCompletionCreate, principal: PrincipalDep, chat: ChatDep, http: Request
 ) -> JSONResponse | StreamingResponse:
     _checked(body)
     run, head = await chat.create(principal.tenant_id, body)
     session_header = {"Lethe-Session-Id": head["lethe_session_id"]}
     if body.stream:
-        started = await streaming.start(run, chat.sessions.chat())
+        started = await until_disconnect(http, streaming.start(run, chat.sessions.chat()))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        response = streaming.sse(streaming.chat_chunks(started, head, include_usage))
+        response = streaming.sse(streaming.chat_chunks(started, head, include_usage), started)
         response.headers.update(session_header)
         return response
     if body.stream_options is not None:
         raise BadParameter("stream_options", "stream_options needs stream: true")
-    return JSONResponse(await run(None), headers=session_header)
+    return JSONResponse(await until_disconnect(http, run(None)), headers=session_header)

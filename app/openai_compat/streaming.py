@@ -1,7 +1,8 @@
 """Server-sent events in OpenAI's two stream formats, over one transition run as a task.
 
-The transition runs as a task the stream only observes (as the native stream does, app/api/sse.py): a client that
-disconnects does not cancel it. Errors before the first token are ordinary error answers; after it they are an
+The transition runs as a task the stream observes (as the native stream does, app/api/sse.py); a client that
+disconnects cancels it (Starlette cancels the body, `sse` cancels the task), so nothing is sampled for nobody and
+nothing is written. Errors before the first token are ordinary error answers; after it they are an
 `error` event (Responses: `{"type": "error", "code", "message", "param"}`) or a `data: {"error": {...}}` chunk (Chat
 Completions), which the SDK raises as an APIError.
 """
@@ -50,7 +51,11 @@ async def start(run: Callable[[TokenSink], Awaitable[R]], chat: ChatTemplate) ->
 
     task = asyncio.ensure_future(run(on_tokens))
     task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, _DONE))
-    first = await queue.get()
+    try:
+        first = await queue.get()
+    except BaseException:  # cancelled while waiting for the first token (client gone, shutdown)
+        task.cancel()
+        raise
     if first is _DONE:
         task.result()  # raises the error before any token as a plain answer
         return Run(None, task)
@@ -70,8 +75,17 @@ async def _deltas(first: list[int], queue: asyncio.Queue[Any], chat: ChatTemplat
         item = await queue.get()
 
 
-def sse(body: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=HEADERS)
+def sse(body: AsyncIterator[bytes], run: Run[Any]) -> StreamingResponse:
+    return StreamingResponse(_cancelled_with(body, run.task), media_type="text/event-stream", headers=HEADERS)
+
+
+async def _cancelled_with(body: AsyncIterator[bytes], task: asyncio.Future[Any]) -> AsyncIterator[bytes]:
+    """`body`, and the transition cancelled if the stream ends early (the client disconnected)."""
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        task.cancel()  # a no-op once the transition finished
 
 
 def event(name: str, data: dict[str, Any]) -> bytes:

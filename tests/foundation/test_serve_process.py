@@ -1,5 +1,8 @@
 """`lethe serve` and `lethe tenant` as real processes: bootstrap, CLI-made tenants, two processes on one database,
-and no secret in any log line."""
+no secret in any log line, and nothing left running once they stop (SIGTERM mid-generation, or a crash).
+
+Processes are stopped the way an operator or a supervisor does it, `kill <pid>` (SIGTERM to that process only), so
+the embedded PostgreSQL they started is not signalled by anyone else: they must stop it themselves."""
 
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ KEY = "proc-key-" + "7" * 30
 SECRET = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtMTIzNDU2"
 
 
-def _env(data_dir: Path, port: int | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+def _env(data_dir: Path, port: int | None = None, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, **extra)
     if port is not None:
         env["LETHE_PORT"] = str(port)
     env.update({
@@ -37,14 +40,14 @@ def _env(data_dir: Path, port: int | None = None) -> dict[str, str]:
 
 
 class Proc:
-    def __init__(self, data_dir: Path, log: Path) -> None:
+    def __init__(self, data_dir: Path, log: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(
-            [*LETHE, "serve"], cwd=ROOT, env=_env(data_dir, self.port), stdout=self._out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            [*LETHE, "serve"], cwd=ROOT, env=_env(data_dir, self.port, **env), stdout=self._out,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 300) -> float:
@@ -57,14 +60,23 @@ class Proc:
             time.sleep(0.25)  # polling a separate process for readiness
         raise AssertionError("not ready: " + self.log.read_text()[-3000:])
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """`kill <pid>`; the exit status. A process still alive after 60 s fails the test (and is killed)."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=60)
+            return self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+            raise AssertionError("lethe serve did not stop within 60 s of SIGTERM") from None
+        finally:
+            self._out.close()
+
+    def crash(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
         self._out.close()
 
 
@@ -146,3 +158,49 @@ def test_two_processes_share_one_database(data_dir: Path, tmp_path: Path) -> Non
     finally:
         first.stop()
         second.stop()
+
+
+def _postgres_running(data_dir: Path) -> bool:
+    """PostgreSQL removes postmaster.pid when it shuts down; a server that is up (or died unclean) leaves it."""
+    return (data_dir / "pg" / "postmaster.pid").exists()
+
+
+def test_sigterm_mid_generation_stops_at_once_and_leaves_nothing_running(data_dir: Path, tmp_path: Path) -> None:
+    proc = Proc(data_dir, tmp_path / "term.log", LETHE_SHUTDOWN_GRACE_S="1")
+    try:
+        proc.wait_ready()
+        headers = {"Authorization": f"Bearer {KEY}"}
+        created = httpx.post(proc.url + "/v1/sessions", headers=headers,
+                             json={"sampling": {"max_tokens": 4096}})
+        session_id = created.json()["id"]
+        turn = {"inputs": [{"type": "user", "content": "Count from 1 to 10000, separated by commas."}],
+                "stream": True}
+        with httpx.stream("POST", f"{proc.url}/v1/sessions/{session_id}/turns", json=turn, headers=headers,
+                          timeout=120) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("event: ")) == "event: delta"
+            assert _postgres_running(data_dir)
+            # A reply of minutes is being sampled now. Before, the engine's close waited for all of it.
+            proc.proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            rest: list[str] = []
+            with contextlib.suppress(httpx.TransportError):  # the server may cut the stream mid-chunk
+                rest.extend(lines)
+        assert proc.stop() == 128 + signal.SIGTERM
+        stopped_in = time.monotonic() - started
+    finally:
+        if proc.proc.poll() is None:
+            proc.crash()
+    assert "event: turn" not in rest  # the reply was cut, not finished
+    assert not _postgres_running(data_dir), proc.log.read_text()[-3000:]
+    print(f"stopped {stopped_in:.1f} s after SIGTERM, mid-generation")
+
+
+def test_a_crashed_server_does_not_keep_postgres_up_forever(data_dir: Path, tmp_path: Path) -> None:
+    crashed = Proc(data_dir, tmp_path / "crashed.log")
+    crashed.wait_ready()
+    crashed.crash()  # SIGKILL: no exit handler ran, its pid stays in pgserver's list of holders
+    assert _postgres_running(data_dir)
+    with serving(data_dir, tmp_path / "next.log") as proc:  # a crash blocks no start
+        assert httpx.get(proc.url + "/readyz").status_code == 200
+    assert not _postgres_running(data_dir), "the last live holder did not stop the server"

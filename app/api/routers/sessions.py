@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.disconnect import until_disconnect
 from app.api.params import ObjectId
 from app.api.problems import problem_doc
 from app.api.routers.forget import job_out
@@ -201,7 +202,8 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 @router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_RESPONSES)
 async def post_turn(
-    id: ObjectId, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep
+    id: ObjectId, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep,
+    http: Request,
 ) -> TurnOut | StreamingResponse:
     request = _deletion_request(body)
     if request is not None:  # answered with a plan; never a transition, never stored
@@ -212,8 +214,9 @@ async def post_turn(
         async def run(on_tokens: TokenSink) -> TurnOut:
             return _turn_out(await sessions.turn(principal.tenant_id, id, observations, True, on_tokens))
 
-        return await stream_turn(run, sessions.chat())
-    return _turn_out(await sessions.turn(principal.tenant_id, id, observations, body.generate))
+        return await until_disconnect(http, stream_turn(run, sessions.chat()))
+    turn = sessions.turn(principal.tenant_id, id, observations, body.generate)
+    return _turn_out(await until_disconnect(http, turn))
 
 
 def _deletion_request(body: TurnRequest) -> DeletionRequest | None:
