@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
         url = await resolve_database_url(settings)
         await upgrade_to_head_async(url)
         db = Database(url, pool_size=settings.db_pool_size)
-        tenants = TenantService(db)
+        tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
         await tenants.bootstrap(settings)
         if engine is None:
             from app.engine.factory import build_engine  # heavy imports (torch) only when serving

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     log_json: bool = True
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Request bodies above this answer 413.")
     db_pool_size: int = Field(default=10, ge=1)
+    auth_cache_s: float = Field(
+        default=5.0, ge=0, le=300,
+        description="How long a process remembers a verified API key: a revoked key stops working within this.",
+    )
     shutdown_grace_s: int = Field(
         default=10, ge=1, le=600,
         description="On SIGTERM/SIGINT: how long requests in flight may finish before they are cancelled.",

@@ -63,11 +63,11 @@ TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
 
 
-def get_compat(container: ContainerDep) -> CompatService:
+async def get_compat(container: ContainerDep) -> CompatService:
     return CompatService(container)
 
 
-def get_chat(container: ContainerDep) -> ChatService:
+async def get_chat(container: ContainerDep) -> ChatService:
     return ChatService(container)
 
 

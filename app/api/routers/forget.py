@@ -17,7 +17,7 @@ from app.forget.wiring import forget_service
 router = APIRouter(prefix="/v1/forget", tags=["forget"])
 
 
-def get_forget(container: ContainerDep) -> ForgetService:
+async def get_forget(container: ContainerDep) -> ForgetService:
     return forget_service(container)
 
 

@@ -43,7 +43,7 @@ Namespace = Annotated[str, Path(min_length=1, max_length=200, pattern=NAMESPACE_
 Key = Annotated[str, Path(min_length=1, max_length=200, pattern=KEY_PATTERN)]
 
 
-def get_memory(container: ContainerDep) -> MemoryService:
+async def get_memory(container: ContainerDep) -> MemoryService:
     # Stateless, so one per request costs nothing. A forget's cascade is the selective-replay job over every session
     # the record was injected into, queued in the tombstone's transaction.
     return MemoryService(container.db, cascade=JobCascade("selective_replay", "memory record forgotten"))
@@ -65,7 +65,7 @@ async def batch_write(namespace: Namespace, body: BatchRequest, principal: Princ
     return BatchOut(results=results)
 
 
-def get_catalog(container: ContainerDep) -> MemoryCatalog:
+async def get_catalog(container: ContainerDep) -> MemoryCatalog:
     return MemoryCatalog(container.db)
 
 

@@ -57,7 +57,7 @@ TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def get_sessions(container: ContainerDep) -> SessionService:
+async def get_sessions(container: ContainerDep) -> SessionService:
     # Cheap per request: the long-lived parts (database, engine, this process's cache handles) are shared.
     return SessionService(
         container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s,
