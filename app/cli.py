@@ -50,6 +50,10 @@ def serve() -> None:
     uvicorn.run(
         create_app(settings), host=settings.host, port=settings.port, log_config=None, proxy_headers=False,
         timeout_graceful_shutdown=settings.shutdown_grace_s,
+        # uvicorn closes idle connections after 5 s by default, exactly when httpx (and others) let pooled ones
+        # expire: a client sending on a connection the server is closing at that moment gets a reset, a transport
+        # error it cannot safely retry (seen under load in bench.memory_bench). The server must hold them longer.
+        timeout_keep_alive=settings.keep_alive_s,
     )
 
 

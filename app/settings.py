@@ -61,6 +61,10 @@ class Settings(BaseSettings):
         default=5.0, ge=0, le=300,
         description="How long a process remembers a verified API key: a revoked key stops working within this.",
     )
+    keep_alive_s: int = Field(
+        default=75, ge=1, le=3600,
+        description="How long an idle HTTP connection stays open; longer than clients' own pool expiry (httpx: 5 s).",
+    )
     shutdown_grace_s: int = Field(
         default=10, ge=1, le=600,
         description="On SIGTERM/SIGINT: how long requests in flight may finish before they are cancelled.",

@@ -1,10 +1,15 @@
 """Memory API load: 32 concurrent clients mixing reads, conditional writes and forgets against a real `lethe serve`.
 
-    python -m bench.memory_bench [--clients 32] [--duration 30] [--keys 256]
+    python -m bench.memory_bench [--clients 32] [--processes 4] [--duration 30] [--keys 256] [--no-pgbench]
 
 Starts `.venv/bin/lethe serve` itself (embedded PostgreSQL in a temp dir, the converted model from .lethe/models),
 drives it over HTTP for a fixed time, then prints throughput and p50/p99 latency per operation and how many writes
-were rejected as stale (412), those rejected by a tombstone among them. Any 5xx fails the run.
+were rejected as stale (412), those rejected by a tombstone among them. Any 5xx or transport error fails the run.
+
+The load generator is itself Python (httpx): its clients are spread over `--processes` processes so it does not
+become the bottleneck it measures, and the CPU it used is printed beside the server's and PostgreSQL's. Then, in the
+same run and on the same database, pgbench drives PostgreSQL alone with the same mix of statements
+(bench/sql/memory_mix.pgbench) from as many clients, and the ratio of Lethe's throughput to it is printed.
 
 Clients behave like agents: each remembers the version it last saw of a key and writes based on it, so with many
 clients on a few hundred keys a good share of writes are stale, and some are based on a version from before a
@@ -16,8 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
+import multiprocessing
 import os
 import random
+import re
+import resource
 import shutil
 import signal
 import socket
@@ -33,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "bench-key-" + "0" * 24
@@ -47,8 +57,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(ready_s: float = 300) -> Iterator[tuple[str, Path]]:
-    """`lethe serve` in its own process group on a free port; yields its base URL and log, stops it on exit."""
+def serve(ready_s: float = 300) -> Iterator[tuple[str, Path, psutil.Process]]:
+    """`lethe serve` in its own process group on a free port; yields its base URL, log and process; stops it."""
     data = Path(tempfile.mkdtemp(prefix="lethe-bench-"))
     port = free_port()
     env = {
@@ -82,7 +92,7 @@ def serve(ready_s: float = 300) -> Iterator[tuple[str, Path]]:
             if time.monotonic() > deadline:
                 raise SystemExit(f"lethe serve not ready after {ready_s:.0f}s")
             time.sleep(0.5)  # waiting for a separate process to come up: nothing to wait on but the clock
-        yield base, data / "server.log"
+        yield base, data / "server.log", psutil.Process(proc.pid)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -106,6 +116,15 @@ class Stats:
         self.latency[op].append(seconds)
         self.statuses[op][status] += 1
 
+    def merge(self, other: Stats) -> None:
+        for op, values in other.latency.items():
+            self.latency[op].extend(values)
+        for op, counter in other.statuses.items():
+            self.statuses[op].update(counter)
+        self.stale_rejected += other.stale_rejected
+        self.rejected_by_tombstone += other.rejected_by_tombstone
+        self.transport_errors.extend(other.transport_errors)
+
 
 async def seed(client: httpx.AsyncClient, keys: list[str]) -> None:
     for ns in NAMESPACES:
@@ -119,7 +138,7 @@ async def agent(client: httpx.AsyncClient, keys: list[str], until: float, seed_:
     seen: dict[tuple[str, str], int] = {}
     ops = [op for op, _ in MIX]
     weights = [w for _, w in MIX]
-    while time.monotonic() < until:
+    while time.time() < until:
         ns, key = rng.choice(NAMESPACES), rng.choice(keys)
         op = rng.choices(ops, weights)[0]
         t0 = time.perf_counter()
@@ -161,16 +180,99 @@ def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else values[0] * 1000
 
 
-async def run(base: str, clients: int, duration: float, n_keys: int) -> Stats:
-    keys = [f"fact-{i:04d}" for i in range(n_keys)]
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+def _client(base: str, connections: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as client:
-        await seed(client, keys)
-        stats = Stats()
-        until = time.monotonic() + duration
-        await asyncio.gather(*(agent(client, keys, until, i, stats) for i in range(clients)))
+    return httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60)
+
+
+async def _agents(base: str, ids: list[int], until: float, n_keys: int) -> Stats:
+    keys = [f"fact-{i:04d}" for i in range(n_keys)]
+    stats = Stats()
+    async with _client(base, len(ids)) as client:
+        await asyncio.gather(*(agent(client, keys, until, i, stats) for i in ids))
     return stats
+
+
+def _agents_process(base: str, ids: list[int], until: float, n_keys: int) -> Stats:
+    return asyncio.run(_agents(base, ids, until, n_keys))
+
+
+def run(base: str, clients: int, processes: int, duration: float, n_keys: int) -> tuple[Stats, float]:
+    """Seed, then `clients` agents spread over `processes` processes; returns the stats and the CPU seconds the load
+    generator used (its processes, this one's share of the run included)."""
+
+    async def seed_all() -> None:
+        async with _client(base, 1) as client:
+            await seed(client, [f"fact-{i:04d}" for i in range(n_keys)])
+
+    asyncio.run(seed_all())
+    groups = [list(range(clients))[p::processes] for p in range(processes) if list(range(clients))[p::processes]]
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    until = time.time() + duration  # wall clock: shared by the processes
+    stats = Stats()
+    with multiprocessing.get_context("spawn").Pool(len(groups)) as pool:
+        for part in pool.starmap(_agents_process, [(base, ids, until, n_keys) for ids in groups]):
+            stats.merge(part)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = children.ru_utime + children.ru_stime + (after.ru_utime - mine.ru_utime) + (after.ru_stime - mine.ru_stime)
+    return stats, cpu
+
+
+def cpu_by_pid(root: psutil.Process) -> dict[int, float]:
+    """CPU seconds of `root` and its descendants now, by pid (a process that exits in between is not counted)."""
+    seconds: dict[int, float] = {}
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            seconds[proc.pid] = times.user + times.system
+    return seconds
+
+
+def cpu_used(root: psutil.Process, before: dict[int, float]) -> float:
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in cpu_by_pid(root).items())
+
+
+def postmaster(data: Path) -> psutil.Process:
+    """The embedded server (pg_ctl started it: not a child of lethe serve); its backends are its children."""
+    return psutil.Process(int((data / "pg" / "postmaster.pid").read_text().split()[0]))
+
+
+def pgbench(data: Path, clients: int, duration: float, n_keys: int) -> float:
+    """Transactions per second of PostgreSQL alone on the same mix and database (bench/sql/memory_mix.pgbench)."""
+    import pgserver  # type: ignore[import-untyped]
+
+    from app.db.embedded import start_embedded_postgres
+
+    url = start_embedded_postgres(data)
+    binary = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+    tenant = _tenant_of(url)
+    keyhash = hashlib.sha256(API_KEY.encode()).hexdigest()
+    out = subprocess.run(
+        [str(binary), "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)),
+         "-T", str(int(duration)), "-f", str(ROOT / "bench" / "sql" / "memory_mix.pgbench"),
+         "-D", f"keyhash='{keyhash}'", "-D", f"tenant='{tenant}'", "-D", f"keys={n_keys}", url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    found = re.search(r"tps = ([0-9.]+)", out)
+    if found is None:
+        raise SystemExit("pgbench printed no tps:\n" + out)
+    return float(found.group(1))
+
+
+def _tenant_of(url: str) -> str:
+    import asyncpg
+
+    async def query() -> str:
+        conn = await asyncpg.connect(url)
+        try:
+            key = hashlib.sha256(API_KEY.encode()).hexdigest()
+            return str(await conn.fetchval("SELECT tenant_id FROM api_keys WHERE key_sha256 = $1", key))
+        finally:
+            await conn.close()
+
+    return asyncio.run(query())
 
 
 def report(stats: Stats, duration: float, clients: int) -> int:
@@ -201,13 +303,28 @@ def report(stats: Stats, duration: float, clients: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--processes", type=int, default=4, help="load-generator processes the clients share")
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--keys", type=int, default=256, help="keys per namespace")
+    parser.add_argument("--no-pgbench", action="store_true", help="skip PostgreSQL's own figure")
     args = parser.parse_args()
-    with serve() as (base, log):
-        stats = asyncio.run(run(base, args.clients, args.duration, args.keys))
+    with serve() as (base, log, server):
+        data = log.parent
+        roots = [server, postmaster(data)]
+        before = [cpu_by_pid(root) for root in roots]
+        stats, generator_cpu = run(base, args.clients, max(1, args.processes), args.duration, args.keys)
+        server_cpu, postgres_cpu = (cpu_used(root, b) for root, b in zip(roots, before, strict=True))
         errors = [line for line in log.read_text().splitlines() if '"level": "error"' in line]
+        tps = None if args.no_pgbench else pgbench(data, args.clients, args.duration, args.keys)
     code = report(stats, args.duration, args.clients)
+    cores = os.cpu_count() or 1
+    print(f"CPU over the run ({cores} cores): lethe serve {server_cpu / args.duration:.2f} cores, PostgreSQL "
+          f"{postgres_cpu / args.duration:.2f}, load generator ({args.processes} processes) "
+          f"{generator_cpu / args.duration:.2f}")
+    if tps is not None:
+        total = sum(len(v) for v in stats.latency.values()) / args.duration
+        print(f"pgbench, same mix, {args.clients} clients: {tps:.0f} transactions/s; Lethe reaches "
+              f"{100 * total / tps:.1f} % of it")
     if errors:
         print(f"server logged {len(errors)} errors, first: {errors[0][:500]}")
     sys.exit(code or (1 if errors else 0))

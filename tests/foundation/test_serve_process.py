@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,6 +112,21 @@ def test_bootstrap_key_works_at_once_and_secrets_stay_out_of_logs(data_dir: Path
     text = log.read_text()
     assert "request_id" in text  # structured access lines were written
     assert KEY not in text and SECRET not in text and SECRET.removeprefix("whsec_") not in text
+
+
+def test_an_idle_connection_outlives_the_clients_own_pool_expiry(data_dir: Path, tmp_path: Path) -> None:
+    """httpx drops a pooled connection after 5 s idle; a server closing it at the same moment resets the request the
+    client sends on it (a ReadError under load). The server keeps it longer. Waiting cannot make this pass falsely:
+    a loaded machine only closes later."""
+    with serving(data_dir, tmp_path / "idle.log") as proc, socket.create_connection(("127.0.0.1", proc.port)) as conn:
+        conn.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{proc.port}\r\n\r\n".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += conn.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200")
+        conn.settimeout(6.0)  # past httpx's keepalive_expiry and uvicorn's default keep-alive timeout (both 5 s)
+        with pytest.raises(TimeoutError):
+            assert conn.recv(65536) != b"", "the server closed the idle connection"
 
 
 def test_restart_keeps_one_default_tenant_and_the_key(data_dir: Path, tmp_path: Path) -> None:
