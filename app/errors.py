@@ -44,6 +44,12 @@ class SessionBusy(Conflict):
     title = "Session is busy"
 
 
+class DatabaseUnavailable(LetheError):
+    status = 503
+    type_slug = "database-unavailable"
+    title = "Database unavailable"
+
+
 class PreconditionFailed(LetheError):
     status = 412
     type_slug = "precondition-failed"

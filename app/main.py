@@ -33,6 +33,7 @@ V1_ERRORS: dict[int | str, dict[str, Any]] = {
     404: problem_doc("Unknown id, or one that belongs to another tenant"),
     413: problem_doc("Body or prompt too large"),
     422: problem_doc("Validation error"),
+    503: problem_doc("The database connection was lost under the request; retry (Retry-After)"),
 }
 
 

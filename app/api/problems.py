@@ -9,12 +9,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import authenticate_first
 from app.api.params import UNKNOWN_ID
 from app.api.schemas.common import ProblemDetails
-from app.errors import LetheError, NotFound
+from app.errors import DatabaseUnavailable, LetheError, NotFound
 from app.openai_compat import errors as compat
 
 PROBLEM_JSON = "application/problem+json"
@@ -116,6 +117,14 @@ def install_problem_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != title else None
         body = problem(exc.status_code, "http-" + str(exc.status_code), title, detail, instance=request.url.path)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_JSON)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated:  # the connection died under the request (a restart, a failover)
+            log.warning("database connection lost; the pool reconnects", extra={"path": request.url.path})
+            lost = DatabaseUnavailable("the database connection was lost; retry", headers={"Retry-After": "1"})
+            return _error_response(request, lost)
+        return await _unexpected(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

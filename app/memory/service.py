@@ -124,7 +124,7 @@ class MemoryService:
     async def read(self, tenant_id: str, namespace: str, key: str) -> Head:
         check_namespace(namespace)
         check_key(key)
-        async with self.db.transaction() as session:
+        async with self.db.single_statement() as session:
             head = await repo.get_head(session, tenant_id, namespace, key)
         if head is None:
             raise NotFound("this key was never written", version=0, forgotten=False, headers={"ETag": etag(0)})
@@ -253,7 +253,7 @@ class MemoryService:
 
     async def _state(self, tenant_id: str, namespace: str, key: str) -> State:
         """Where a key stands after a rejected write; a fresh snapshot, so it sees the write that beat ours."""
-        async with self.db.transaction() as session:
+        async with self.db.single_statement() as session:
             found = await repo.states(session, tenant_id, namespace, [key])
         return found.get(key, State(version=0, forgotten=False))
 

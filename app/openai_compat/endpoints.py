@@ -54,11 +54,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: _doc("Unknown id (or another tenant's), or a model this server does not serve"),
     413: _doc("Body or prompt too large"),
     422: _doc("A value the session cannot take (e.g. a function_call_output answering no pending call)"),
+    503: _doc("The database connection was lost under the request; retry (`Retry-After`)"),
 }
 TURN_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,
     409: _doc("The session is busy (another turn or a forget; `Retry-After`), or moved on"),
-    503: _doc("The model is not loaded yet (`Retry-After`)"),
+    503: _doc("The model is not loaded yet, or the database connection was lost (`Retry-After`)"),
 }
 STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
 

@@ -66,7 +66,7 @@ class TenantService:
         remembered = self._verified.get(digest)
         if remembered is not None and remembered[1] > now:
             return Principal(tenant_id=remembered[0])
-        async with self.db.transaction() as session:
+        async with self.db.single_statement() as session:
             tenant_id = await repo.tenant_for_key(session, digest)
         if tenant_id is None:
             self._verified.pop(digest, None)
