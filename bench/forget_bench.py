@@ -18,7 +18,8 @@ What the full reset measures depends on the engine. On hf it replays every trans
 B5. On vllm it opens a fresh token list but vLLM's prefix cache still serves the clean prefix before τ (its `reused`
 is above 0), so only the suffix is prefilled again, while every reply is decoded again: the paper's B5' ("full reset
 over a warm prefix cache"). So that neither method finds the other's replayed suffix in that cache, the two sessions
-of a pair live in two tenants (vLLM salts its cache by tenant), created with `lethe tenant create`.
+of a pair live in two tenants, created with `lethe tenant create` (since the cache salt became per session,
+app/runtime/salts.py, two sessions share no block anyway; the tenants keep the runs comparable with earlier ones).
 
 Reports, per τ, T - τ + 1 and per method the recomputed tokens and the wall time; the least-squares fit of
 recomputed tokens against T - τ + 1 per method and engine, with R²; and the saving (full reset's recomputed tokens
@@ -89,7 +90,7 @@ class Server:
     started_s: float
 
     def tenant_key(self, name: str) -> str:
-        """A tenant of its own (so its own vLLM cache salt) and its API key, through the CLI on the shared database."""
+        """A tenant of its own and its API key, through the CLI on the shared database."""
         done = subprocess.run(
             [LETHE, "tenant", "create", name], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
         )

@@ -82,6 +82,9 @@ class AgentSession(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
     epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    # The generation of the session's engine cache salt (app/runtime/salts.py): bumped by a forget whose rebuilt log
+    # an extension could take back to the forgotten blocks, so no request reaches them again.
+    cache_generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     status: Mapped[str] = mapped_column(String(20), nullable=False, default="idle")
     system_prompt: Mapped[str | None] = mapped_column(Text)
     memory_namespace: Mapped[str | None] = mapped_column(String(200))

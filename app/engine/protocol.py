@@ -54,7 +54,7 @@ class CacheHandle:
     """A session's place in an engine. `tokens` is the log; engines keep their cache state in `state`."""
 
     session_key: str
-    salt: str | None = None  # isolates tenants' cache blocks (vLLM cache_salt); None shares
+    salt: str | None = None  # isolates cache blocks (vLLM cache_salt; per session: runtime/salts.py); None shares
     tokens: list[int] = field(default_factory=list)
     state: object | None = None
 

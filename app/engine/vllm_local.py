@@ -253,6 +253,12 @@ class VLLMEngine:
         twin = ComputedPrefix(self, list(state.tokens)) if isinstance(state, ComputedPrefix) else None
         return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens), state=twin)
 
+    def resalt(self, handle: CacheHandle, salt: str | None) -> None:
+        """Move the handle to another cache salt (a forget's new generation, runtime/salts.py): its requests reach
+        only blocks computed under that salt, so nothing of its log counts as computed any more."""
+        handle.salt = salt
+        handle.state = None
+
     async def release(self, handle: CacheHandle) -> None:
         # A finished request holds no blocks; cached ones are freed by vLLM's LRU when space runs out. vLLM has no
         # per-prefix eviction, and dropping blocks another session shares would only cost it a recomputation.
@@ -351,10 +357,11 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def cache_salt(salt: str | None) -> str | None:
-    """The vLLM `cache_salt` for a tenant salt: a fixed-length digest.
+    """The vLLM `cache_salt` for a handle's salt (per session in the runtime: runtime/salts.py): a fixed-length digest.
 
-    vLLM accepts at most 128 characters without '/', '@', '\\' or NUL; a digest satisfies that for any tenant id and
-    keeps tenant identifiers out of a remote fleet's logs. None stays None: handles without a salt share blocks.
+    vLLM accepts at most 128 characters without '/', '@', '\\' or NUL; a digest satisfies that for any salt and
+    keeps tenant and session identifiers out of a remote fleet's logs. None stays None: handles without a salt share
+    blocks.
     """
     if salt is None:
         return None

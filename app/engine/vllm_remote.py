@@ -215,6 +215,10 @@ class VLLMRemoteEngine:
     async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
         return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens))
 
+    def resalt(self, handle: CacheHandle, salt: str | None) -> None:
+        """Move the handle to another cache salt (a forget's new generation, runtime/salts.py)."""
+        handle.salt = salt
+
     async def release(self, handle: CacheHandle) -> None:
         return None  # the fleet's blocks are shared and LRU-evicted; there is nothing per handle to free
 

@@ -34,6 +34,7 @@ from app.ids import new_id
 from app.runtime import retrieval
 from app.runtime.blocks import MODEL_KINDS, Block, render
 from app.runtime.context import Node, union_sources
+from app.runtime.salts import salt_of
 from app.runtime.transition import sampling_for
 
 if TYPE_CHECKING:  # strategies.py imports this module
@@ -194,7 +195,7 @@ class _Regeneration:
                 return
             context = [f.neighbor() for f in summarized]
             answer = await retrieval.summarize(
-                work.engine, work.handles, session.id, session.tenant_id, self.preamble_tokens, context, sampling_of
+                work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context, sampling_of
             )
         else:
             own = self._own(row.turn)
@@ -203,7 +204,7 @@ class _Regeneration:
                 return
             context = await self._retrieve(row.turn, own)
             answer = await retrieval.respond(
-                work.engine, work.handles, session.id, session.tenant_id, self.preamble_tokens, context,
+                work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context,
                 [Block(f.kind, f.content, f.token_ids) for f in own], sampling_of,
             )
         known = {f.id: f for f in self.finals}

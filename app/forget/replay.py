@@ -31,6 +31,7 @@ from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow, compact, summary_room
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import log_entries, plan_records, stored_log
+from app.runtime.salts import salt_of
 from app.runtime.tooling import ToolContext, advance_with_tools
 from app.runtime.tools import ToolCall, declared
 from app.runtime.transition import Synced, Usage, check_room, sampling_for, sync
@@ -118,7 +119,7 @@ async def replay(
             await engine.crop(handle, offset)  # the restore (Lemma 1)
         else:
             handle = None  # this process's cache disagrees with the database: rebuild from the recipe
-    synced = await sync(engine, handle, session.id, session.tenant_id, stored_log(log))
+    synced = await sync(engine, handle, session.id, salt_of(session), stored_log(log))
     handles.put(session.id, synced.handle)
     out.handle = synced.handle
     restore_prefilled = synced.prefilled

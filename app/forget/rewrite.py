@@ -20,6 +20,7 @@ from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import plan_records, stored_log
+from app.runtime.salts import salt_of
 from app.runtime.transition import advance, check_room, sync
 
 
@@ -141,7 +142,7 @@ async def append_instruction(
     log = entries_of(rows)
     block = render(engine.chat, Observation("user", instruction))
     check_room(engine, log[-1].token_end if log else 0, len(block.token_ids), False)
-    synced = await sync(engine, handles.get(session.id), session.id, session.tenant_id, stored_log(log))
+    synced = await sync(engine, handles.get(session.id), session.id, salt_of(session), stored_log(log))
     handles.put(session.id, synced.handle)
     outcome = await advance(engine, synced, [block], None)
     records = plan_records(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy)

@@ -46,6 +46,7 @@ from app.memory.validation import check_key, check_namespace
 from app.observability.metrics import Metrics
 from app.runtime.blocks import MODEL_KINDS, ROLE_OF
 from app.runtime.handles import HandleRegistry
+from app.runtime.salts import rotates
 from app.runtime.session import SessionService
 from app.runtime.tools import ToolCall
 
@@ -593,6 +594,7 @@ async def _swap(
     """Write a strategy's change in the session's transaction and return the session's receipt entry."""
     rows = [r for r in rows if r.archived_by is None]  # the live state (archived originals are history)
     before = state_sha256((r.kind, r.turn, r.token_ids) for r in rows)
+    log_before = [t for r in sorted(rows, key=lambda r: r.position) for t in r.token_ids]  # read before any write
     entry = _entry(session, located, tainted)
     entry.update({
         "tokens": {"reused": 0, "prefilled": 0, "decoded": 0, "full_reset_estimate": 0},
@@ -645,6 +647,10 @@ async def _swap(
         entry["transitions_replayed"] = change.transitions
         tokens = (change.reused, change.prefilled, change.decoded)
     after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+    log_after = [t for r in after for t in r.token_ids]
+    if rotates(log_before, log_after, retrieval=session.context_policy == "retrieval"):
+        # The forgotten blocks stay in vLLM's prefix cache until evicted: no request of this session may reach them.
+        await sessions_repo.bump_cache_generation(tx, session.id)
     entry["epoch_after"] = epoch
     entry["state_sha256_after"] = state_sha256((r.kind, r.turn, r.token_ids) for r in after)
     entry["tokens"] = {

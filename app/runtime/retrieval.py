@@ -38,7 +38,7 @@ from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.runtime.blocks import Block, Observation, assistant_block, render
 from app.runtime.compaction import SUMMARY_HEADER
 from app.runtime.handles import HandleRegistry
-from app.runtime.transition import Usage, check_room
+from app.runtime.transition import Usage, check_room, use_salt
 
 # Kinds a reply can retrieve (and that therefore carry an embedding). Tool calls are not messages; the system prompt
 # and instructions are in every prompt anyway.
@@ -199,6 +199,8 @@ async def _at_preamble(
     handle = handles.get(session_id)
     if handle is None:
         handle = await engine.open(session_id, salt=salt)
+    else:
+        use_salt(engine, handle, salt)
     common = 0
     for ours, wanted in zip(handle.tokens, preamble_tokens, strict=False):
         if ours != wanted:

@@ -42,6 +42,7 @@ from app.runtime.compaction import plan as compaction_plan
 from app.runtime.context import RetrievedContext
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, plan_records, stored_log
+from app.runtime.salts import salt_of
 from app.runtime.tooling import ToolContext, ToolStep, advance_with_tools
 from app.runtime.tools import ToolCall
 from app.runtime.tools import preamble as tool_preamble
@@ -334,7 +335,7 @@ class SessionService:
         stored = stored_log(log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
         sampling = sampling_for(row.sampling, turn, room) if generate else None
-        synced = await sync(engine, self.handles.get(row.id), row.id, row.tenant_id, stored)
+        synced = await sync(engine, self.handles.get(row.id), row.id, salt_of(row), stored)
         self.handles.put(row.id, synced.handle)
         try:
             tools = await self._tool_context(tx, row)
@@ -378,7 +379,7 @@ class SessionService:
             query = vectors[0] if len(blocks) == 1 else (await self.embedder.embed([retrieval.query_text(blocks)]))[0]
             context = await retrieval.retrieve(tx, row.id, query, retrieval.Params.of(row.retrieval), turn)
             answer = await retrieval.respond(
-                engine, self.handles, row.id, row.tenant_id, preamble_tokens, context, blocks,
+                engine, self.handles, row.id, salt_of(row), preamble_tokens, context, blocks,
                 lambda room: sampling_for(row.sampling, turn, room), on_tokens,
             )
         reply = None if answer is None else answer.reply
@@ -449,7 +450,7 @@ class SessionService:
             return summary_id
         stored = stored_log(log)
         room = summary_room(engine, len(stored.tokens))
-        synced = await sync(engine, self.handles.get(row.id), row.id, row.tenant_id, stored)
+        synced = await sync(engine, self.handles.get(row.id), row.id, salt_of(row), stored)
         self.handles.put(row.id, synced.handle)
         try:
             done = await compact(
@@ -485,7 +486,7 @@ class SessionService:
             raise InvalidRequest("nothing to summarize: the older turns hold no messages")
         preamble_ids, preamble_tokens = retrieval.preamble(log)
         answer = await retrieval.summarize(
-            engine, self.handles, row.id, row.tenant_id, preamble_tokens, sources,
+            engine, self.handles, row.id, salt_of(row), preamble_tokens, sources,
             lambda room: sampling_for(row.sampling, turn, room),
         )
         outcome = Outcome([answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)

@@ -48,6 +48,14 @@ class ChunkedEngine(Protocol):
     ) -> CacheHandle: ...
 
 
+@runtime_checkable
+class SaltedEngine(Protocol):
+    """Engines whose handles share one prefix cache keyed by salt (vllm, vllm-remote): a handle moved to another
+    salt has nothing computed under it yet."""
+
+    def resalt(self, handle: CacheHandle, salt: str | None) -> None: ...
+
+
 @dataclass(frozen=True)
 class StoredLog:
     """What the database says a session's cache stands for."""
@@ -114,6 +122,7 @@ async def sync(engine: KVEngine, handle: CacheHandle | None, session_key: str, s
             opened = await engine.open(session_key, salt=salt, tokens=log.tokens[:covered], chunks=list(recipe))
             return Synced(opened, log.tokens[covered:], 0)  # the engine rebuilds the recipe on the next call
         return Synced(await engine.open(session_key, salt=salt), list(log.tokens), 0)
+    use_salt(engine, handle, salt)
     common = _common_prefix(handle.tokens, log.tokens)
     if common < len(handle.tokens):
         await engine.crop(handle, common)
@@ -124,6 +133,18 @@ async def sync(engine: KVEngine, handle: CacheHandle | None, session_key: str, s
             prefilled += (await engine.prefill(handle, log.tokens[position:boundary])).prefilled
             position = boundary
     return Synced(handle, log.tokens[position:], prefilled)
+
+
+def use_salt(engine: KVEngine, handle: CacheHandle, salt: str | None) -> None:
+    """Move a handle to the session's current cache salt: a forget may have given the session a new one
+    (runtime/salts.py). On a shared prefix cache nothing is computed under it yet, so the next request prefills the
+    whole log; an engine without one (hf) keeps its cache as it is."""
+    if handle.salt == salt:
+        return
+    if isinstance(engine, SaltedEngine):
+        engine.resalt(handle, salt)
+    else:
+        handle.salt = salt
 
 
 def check_room(engine: KVEngine, log_tokens: int, new_tokens: int, generate: bool) -> int | None:

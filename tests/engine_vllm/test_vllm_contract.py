@@ -16,6 +16,8 @@ from app.engine.protocol import Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine, cache_salt, load_chat_template, to_generation, vllm_seed
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
+from app.runtime.salts import session_salt
+from app.runtime.transition import use_salt
 from tests.support import MODEL_CACHE
 
 
@@ -135,6 +137,22 @@ async def test_remote_requests_carry_the_log_salt_seed_and_explicit_sampling(cha
     assert "cache_salt" not in fleet.completions[-1]
     await engine.close()
     assert not engine.ready
+
+
+async def test_a_handle_moved_to_a_new_cache_generation_sends_its_salt(chat: ChatMLTemplate) -> None:
+    """What transition.sync does when a forget bumped the session's cache generation (runtime/salts.py)."""
+    fleet = ScriptedFleet(chat)
+    engine = remote(fleet)
+    await engine.start()
+    handle = await engine.open("s", salt=session_salt("tenant-a", "s"))
+    prompt = [*chat.render_block("user", "Hi"), *chat.assistant_header()]
+    await engine.prefill(handle, prompt)
+    use_salt(engine, handle, session_salt("tenant-a", "s", 1))
+    await engine.prefill(handle, [])
+    salts = [c["cache_salt"] for c in fleet.completions[-2:]]
+    assert salts == [cache_salt(session_salt("tenant-a", "s")), cache_salt(session_salt("tenant-a", "s", 1))]
+    assert len(set(salts)) == 2 and handle.tokens == prompt
+    await engine.close()
 
 
 async def test_remote_refuses_a_fleet_that_hides_cached_tokens(chat: ChatMLTemplate) -> None:

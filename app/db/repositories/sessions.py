@@ -127,6 +127,15 @@ async def record_forget(
     )
 
 
+async def bump_cache_generation(db: AsyncSession, session_id: str) -> None:
+    """A new cache salt for the session (app/runtime/salts.py): its next requests reach none of its cached blocks."""
+    await db.execute(
+        update(AgentSession)
+        .where(AgentSession.id == session_id)
+        .values(cache_generation=AgentSession.cache_generation + 1)
+    )
+
+
 async def tenant_of(db: AsyncSession, session_id: str) -> str | None:
     """The tenant owning a session, whichever it is (the caller is not scoped to one: telling a session deleted
     meanwhile from another tenant's)."""
