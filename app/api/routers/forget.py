@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
-from app.api.params import ID_PATTERN, ObjectId
+from app.api.params import ID_PATTERN, Cursor, ObjectId
 from app.api.problems import problem_doc
 from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
 from app.forget.listing import page_jobs
@@ -25,6 +25,7 @@ ForgetDep = Annotated[ForgetService, Depends(get_forget)]
 
 SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     200: {"model": ForgetJobOut, "description": "A dry run's plan, or the job when `wait` saw it finish"},
+    409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it)"),
     503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
 }
 
@@ -58,7 +59,7 @@ async def list_forget_jobs(
     principal: PrincipalDep,
     container: ContainerDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    cursor: Cursor = None,
     status: Annotated[
         Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] | None, Query()
     ] = None,
