@@ -34,3 +34,8 @@ def install_exact_parameters(app: FastAPI) -> None:
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def link(operation_id: str, description: str, **parameters: str) -> dict[str, Any]:
+    """An OpenAPI link: how an answer's ids fill another operation's parameters (clients and stateful tests)."""
+    return {"operationId": operation_id, "description": description, "parameters": parameters}

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.openapi import link
 from app.api.params import Cursor
 from app.api.problems import problem_doc
 from app.api.schemas.memory import (
@@ -143,7 +144,22 @@ async def read_record(
     )
 
 
-@router.put("/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write", responses=PRECONDITIONS)
+RECORD = {"namespace": "$request.path.namespace", "key": "$request.path.key"}
+RECORD_LINKS = {
+    "ReadRecord": link("read_record_v1_memory__namespace___key__get", "Read it", **RECORD),
+    "RecordHistory": link("record_history_v1_memory__namespace___key__history_get", "Its versions", **RECORD),
+    "ForgetRecord": link("forget_record_v1_memory__namespace___key__delete", "Forget it", **RECORD),
+}
+
+
+@router.put(
+    "/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write",
+    responses={
+        **PRECONDITIONS,
+        200: {"description": "Written over the version If-Match named", "links": RECORD_LINKS},
+        201: {"model": MemoryWriteOut, "description": "Created", "links": RECORD_LINKS},
+    },
+)
 async def write_record(
     namespace: Namespace,
     key: Key,

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.openapi import link
 from app.api.params import Cursor, ObjectId
 from app.api.problems import problem_doc
 from app.api.routers.forget import job_out
@@ -139,9 +140,22 @@ def _check_retrieval(body: SessionCreate) -> None:
         )
 
 
+SESSION = "$response.body#/id"
+SESSION_LINKS = {
+    "GetSession": link("get_session_v1_sessions__id__get", "Read it", id=SESSION),
+    "PostTurn": link("post_turn_v1_sessions__id__turns_post", "Run a transition", id=SESSION),
+    "ListArtifacts": link("list_artifacts_v1_sessions__id__artifacts_get", "Its artifacts", id=SESSION),
+    "CompactSession": link("compact_session_v1_sessions__id__compact_post", "Compact it", id=SESSION),
+    "DeleteSession": link("delete_session_v1_sessions__id__delete", "Purge it", id=SESSION),
+}
+
+
 @router.post(
     "", status_code=201, response_model=SessionOut, summary="Create a session",
-    responses={422: problem_doc("Invalid options, or options the retrieval policy cannot honour (tools)")},
+    responses={
+        201: {"description": "The session", "links": SESSION_LINKS},
+        422: problem_doc("Invalid options, or options the retrieval policy cannot honour (tools)"),
+    },
 )
 async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
     _check_retrieval(body)
@@ -218,6 +232,18 @@ TURN_EVENTS: dict[str, Any] = {
 TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
     **TURN_ERRORS,
     200: {
+        "links": {
+            "ReplyDescendants": link(
+                "artifact_descendants_v1_sessions__id__artifacts__artifact_id__descendants_get",
+                "The taint closure of the reply", id="$request.path.id",
+                artifact_id="$response.body#/reply/artifact_id",
+            ),
+            "InputDescendants": link(
+                "artifact_descendants_v1_sessions__id__artifacts__artifact_id__descendants_get",
+                "The taint closure of the first input", id="$request.path.id",
+                artifact_id="$response.body#/inputs/0/artifact_id",
+            ),
+        },
         "description": "The transition; with `stream: true` (and a reply to sample), `text/event-stream`: `delta` "
         "events (`{\"text\": ...}`) as the reply is sampled, then one `turn` event with this object (or one "
         "`error` event with a problem document). The schema describes each event.",

@@ -192,7 +192,16 @@ class ForgetJobOut(BaseModel):
     finished_at: datetime | None = None
 
 
+def _flag_schema(schema: dict[str, Any]) -> None:
+    """A flag names the artifact, a text span, or both (422 otherwise)."""
+    schema["anyOf"] = [
+        {"required": [name], "properties": {name: {"type": "string"}}} for name in ("artifact_id", "text")
+    ]
+
+
 class DetectorWebhook(RequestModel):
+    model_config = ConfigDict(json_schema_extra=_flag_schema)
+
     session_id: str = Field(min_length=1, max_length=64)
     artifact_id: str | None = Field(default=None, min_length=1, max_length=64)
     text: str | None = Field(default=None, min_length=1, max_length=100_000)
