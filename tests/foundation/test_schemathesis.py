@@ -5,11 +5,16 @@ budget per operation, so it is the same run every time and fits a busy 2-core ma
 answer the spec does not declare (status, content type, headers, body, SSE events), any schema-valid request refused
 and any schema-violating one accepted. A summary (operations, requests, failures by check) is printed (`-s`).
 
-What the generated data is steered by, and why (hooks below, positive cases only; negative ones are sent as drawn):
-- token budgets: sessions sample at most TOKEN_CAP tokens per reply, OpenAI-compatible requests ask for at most
-  TOKEN_CAP and name the served model, so generations on the real tiny model stay cheap;
+What the generated data is steered by, and why (`before_call` hook, positive cases only unless said otherwise):
+- cost: a created session samples at most TOKEN_CAP tokens per reply and keeps a short prompt (any mode), turn
+  inputs are cut to TEXT_CAP characters, OpenAI-compatible requests ask for at most TOKEN_CAP tokens of the served
+  model, so generations on the real tiny model stay cheap; tool names in a session are made unique (the schema
+  cannot say "unique by name": a repeated one answers 422);
 - a listing's `cursor` is left out: it is an opaque token the API hands out (a string of the right alphabet the API
   did not issue answers 422, which no schema can tell apart);
+- turns carry no `tool_result` input: in a session with tools one must answer a pending call of the session (422
+  otherwise, README), state no schema holds;
+- a session's seed drawn as an integral float rounded past 2^63 - 1 is brought back into range;
 - `PUT /v1/memory/{namespace}/{key}` sends If-Match or If-None-Match, not both (422: OpenAPI cannot say "one of two
   headers");
 - detector webhooks are signed with the tenant's secret, so their bodies reach validation.
@@ -113,9 +118,10 @@ def _small_session(body: dict[str, Any]) -> None:
         kept = []
         for tool in tools:
             name = tool.get("name") if isinstance(tool, dict) else None
-            if name in seen:
-                continue
-            seen.add(name)
+            if isinstance(name, str):
+                if name in seen:
+                    continue
+                seen.add(name)
             if isinstance(tool, dict):
                 if isinstance(tool.get("description"), str):
                     tool["description"] = tool["description"][:TEXT_CAP]
@@ -142,10 +148,16 @@ def steer(model: str) -> Any:
                 del case.headers[names["if-none-match"]]
         if not isinstance(body, dict):
             return
-        if path == "/v1/sessions/{id}/turns":
-            for item in body.get("inputs") or []:
+        if path == "/v1/sessions" and method == "POST" and isinstance(body.get("sampling"), dict):
+            seed = body["sampling"].get("seed")
+            if isinstance(seed, float):  # an integral float the generator rounded past 2^63 - 1
+                body["sampling"]["seed"] = min(int(seed), 2**63 - 1)
+        if path == "/v1/sessions/{id}/turns" and isinstance(body.get("inputs"), list):
+            inputs = [i for i in body["inputs"] if not (isinstance(i, dict) and i.get("type") == "tool_result")]
+            for item in inputs:
                 if isinstance(item, dict) and isinstance(item.get("content"), str):
                     item["content"] = item["content"][:TEXT_CAP]
+            body["inputs"] = inputs
         elif path == "/v1/responses":
             body["model"] = model
             _capped(body, ("max_output_tokens",), "max_output_tokens")
