@@ -36,7 +36,8 @@ def _one_form(form: str) -> dict[str, Any]:
         properties["session_id"] = {"type": "string"}
     if form != "query":
         properties["min_similarity"] = {"type": "null"}
-    return {"required": [form, "session_id"] if needs_session else [form], "properties": properties}
+    required = [form, "session_id"] if needs_session else [form]
+    return {"type": "object", "required": required, "properties": properties}
 
 
 def _target_schema(schema: dict[str, Any]) -> None:
@@ -46,8 +47,11 @@ def _target_schema(schema: dict[str, Any]) -> None:
 
 def _request_schema(schema: dict[str, Any]) -> None:
     schema["oneOf"] = [
-        {"required": ["target"], "properties": {"target": {"type": "object"}, "plan_id": {"type": "null"}}},
-        {"required": ["plan_id"], "properties": {"plan_id": {"type": "string"}, "target": {"type": "null"}}},
+        {
+            "type": "object", "required": [given],
+            "properties": {given: {"type": kind}, other: {"type": "null"}},
+        }
+        for given, kind, other in (("target", "object", "plan_id"), ("plan_id", "string", "target"))
     ]
     # semantic_deletion takes a query target only (422 otherwise).
     schema["if"] = {
@@ -195,7 +199,8 @@ class ForgetJobOut(BaseModel):
 def _flag_schema(schema: dict[str, Any]) -> None:
     """A flag names the artifact, a text span, or both (422 otherwise)."""
     schema["anyOf"] = [
-        {"required": [name], "properties": {name: {"type": "string"}}} for name in ("artifact_id", "text")
+        {"type": "object", "required": [name], "properties": {name: {"type": "string"}}}
+        for name in ("artifact_id", "text")
     ]
 
 
