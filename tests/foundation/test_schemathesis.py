@@ -31,6 +31,7 @@ import json
 import time
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -184,7 +185,7 @@ def config(base_url: str) -> SchemathesisConfig:
         "base-url": base_url,
         "headers": {"Authorization": f"Bearer {BOOTSTRAP_KEY}"},
         "workers": 1,
-        "request-timeout": 120,
+        "request-timeout": 300,  # a turn queued behind a forget's replay on 2 busy cores
         "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
         "generation": {
             "deterministic": True, "max-examples": MAX_EXAMPLES, "database": "none", "allow-x00": False,
@@ -204,8 +205,9 @@ def config(base_url: str) -> SchemathesisConfig:
     })
 
 
-def run(base_url: str, model: str) -> Summary:
-    schema = schemathesis.openapi.from_path(ROOT / "openapi.yaml", config=config(base_url))
+def run(base_url: str, model: str, spec: Path = ROOT / "openapi.yaml") -> Summary:
+    """The whole run against the server at `base_url` (another spec file: to compare with an older one)."""
+    schema = schemathesis.openapi.from_path(spec, config=config(base_url))
     summary = Summary(operations={op.ok().label for op in schema.get_all_operations()})
     hook = schemathesis.hook("before_call")(steer(model))
     started = time.monotonic()
