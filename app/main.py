@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
+from app.api.openapi import install_exact_parameters
 from app.api.problems import install_problem_handlers, problem_doc
 from app.api.routers import forget, health, memory, sessions, webhooks
 from app.console import routes as console
@@ -86,7 +87,11 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
     for router in (sessions.router, forget.router, memory.router):
         app.include_router(router, responses=V1_ERRORS)
     app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
-    app.include_router(webhooks.router, responses={401: problem_doc("Bad signature or stale timestamp")})
+    app.include_router(webhooks.router, responses={
+        401: problem_doc("Bad signature or stale timestamp; the listing: missing or invalid API key"),
+        413: V1_ERRORS[413], 422: V1_ERRORS[422],
+    })
     app.include_router(console.router)
+    install_exact_parameters(app)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app

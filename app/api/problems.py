@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from app.api.deps import authenticate_first
 from app.api.params import UNKNOWN_ID
@@ -76,6 +77,25 @@ def _jsonable_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return out
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path: Starlette's 405 names only the first route matching the path
+    (`POST /v1/sessions` when `GET /v1/sessions` is a second route)."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and route.path_regex.match(path):
+            methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
+def _unparsable_body(request: Request) -> JSONResponse:
+    """A body FastAPI cannot even decode (not UTF-8) is a validation error like a body that is not JSON: 422."""
+    body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
+                   errors=[{"loc": ["body"], "msg": "the body is not JSON in UTF-8", "type": "json_invalid"}],
+                   instance=request.url.path)
+    return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
+
+
 def _error_response(request: Request, error: LetheError) -> JSONResponse:
     """A domain error in the form its route speaks: OpenAI's error body on the compatible routes, else a problem."""
     if compat.is_compat_path(request.url.path):
@@ -110,13 +130,18 @@ def install_problem_handlers(app: FastAPI) -> None:
                 await authenticate_first(request)
             except LetheError as denied:
                 return _error_response(request, denied)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(request)
         title = _HTTP_TITLES.get(exc.status_code, "HTTP error")
+        if exc.status_code == 400 and not compat.is_compat_path(request.url.path):
+            return _unparsable_body(request)
         if compat.is_compat_path(request.url.path):
             message = exc.detail if isinstance(exc.detail, str) else title
-            return compat.response(exc.status_code, message, code=f"http_{exc.status_code}", headers=exc.headers)
+            return compat.response(exc.status_code, message, code=f"http_{exc.status_code}", headers=headers)
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != title else None
         body = problem(exc.status_code, "http-" + str(exc.status_code), title, detail, instance=request.url.path)
-        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers, media_type=PROBLEM_JSON)
+        return JSONResponse(body, status_code=exc.status_code, headers=headers, media_type=PROBLEM_JSON)
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:

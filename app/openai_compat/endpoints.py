@@ -61,7 +61,23 @@ TURN_ERRORS: dict[int | str, dict[str, Any]] = {
     409: _doc("The session is busy (another turn or a forget; `Retry-After`), or moved on"),
     503: _doc("The model is not loaded yet, or the database connection was lost (`Retry-After`)"),
 }
-STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
+
+
+def _events(name: dict[str, Any], data: str) -> dict[str, dict[str, Any]]:
+    """`text/event-stream` whose schema describes each event as a client parses it (name, `data` line)."""
+    event = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {"event": name, "data": {"type": "string", "description": data}, "id": {"type": "string"}},
+    }
+    return {"text/event-stream": {"schema": event}}
+
+
+RESPONSE_STREAM = _events(
+    {"type": "string", "pattern": r"^(response\.[a-z_.]+|error)$"},
+    "JSON: the event's object (`type` is the event's name, `sequence_number` grows)",
+)
+CHAT_STREAM = _events({"const": "message"}, "JSON: a chat.completion.chunk or `{\"error\": ...}`; last `[DONE]`")
 
 
 async def get_compat(container: ContainerDep) -> CompatService:
@@ -188,7 +204,7 @@ async def delete_item(
     "/responses", response_model=ResponseOut, summary="Create a response (one transition with a reply)",
     responses={**TURN_ERRORS, 200: {"description": "The response; with `stream: true`, OpenAI's event stream "
                                     "(response.created … response.output_text.delta … response.completed)",
-                                    "content": STREAM}},
+                                    "content": RESPONSE_STREAM}},
 )
 async def create_response(
     body: ResponseCreate, principal: PrincipalDep, compat: CompatDep, http: Request
@@ -227,7 +243,7 @@ async def list_input_items(
     "/chat/completions", response_model=ChatCompletionOut,
     summary="A chat completion (stateless; a resent history reuses its session's cache)",
     responses={**TURN_ERRORS, 200: {"description": "The completion; with `stream: true`, chat.completion.chunk "
-                                    "events then `[DONE]`", "content": STREAM}},
+                                    "events then `[DONE]`", "content": CHAT_STREAM}},
 )
 async def create_chat_completion(
     body: ChatCompletionCreate, principal: PrincipalDep, chat: ChatDep, http: Request

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from app.engine.protocol import KVEngine, Sampling
-from app.errors import InvalidRequest
+from app.errors import Conflict
 from app.ids import new_id
 from app.runtime.blocks import Observation, render
 from app.runtime.transition import Synced, Usage, advance, check_room
@@ -68,14 +68,15 @@ class Compaction:
 
 
 def plan(live: Sequence[LiveRow], keep_last_turns: int) -> tuple[list[LiveRow], list[LiveRow], list[LiveRow]]:
-    """(transition 0, the rows summarized, the rows kept as copies); 422 when there is nothing to summarize."""
+    """(transition 0, the rows summarized, the rows kept as copies); 409 when there is nothing to summarize (a valid
+    request the session's state cannot take)."""
     head = [r for r in live if r.turn == 0]
     body = [r for r in live if r.turn != 0]
     turns = sorted({r.turn for r in body})
     kept_turns = set(turns[len(turns) - keep_last_turns :]) if keep_last_turns else set()
     summarized = [r for r in body if r.turn not in kept_turns]
     if not summarized:
-        raise InvalidRequest(
+        raise Conflict(
             f"nothing to compact: the session has {len(turns)} turns since its start and keep_last_turns keeps them all"
         )
     return head, summarized, [r for r in body if r.turn in kept_turns]

@@ -434,11 +434,11 @@ class SessionService:
     ) -> str:
         """The compaction transition, inside the caller's locked transaction."""
         if write_back and row.memory_namespace is None:
-            raise InvalidRequest("write_back needs the session's memory_namespace")
+            raise Conflict("write_back needs the session's memory_namespace")
         turn = row.turns + 1
         log = await artifacts_repo.load_log(tx, row.id)
         live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
-        _, summarized, _ = compaction_plan(live, keep_last_turns)  # 422 before any model work: nothing to compact
+        _, summarized, _ = compaction_plan(live, keep_last_turns)  # 409 before any model work: nothing to compact
         if row.context_policy == "retrieval":
             summary_id, text = await self._summarize_retrieval(tx, engine, row, turn, log, summarized)
             if write_back:
@@ -483,7 +483,7 @@ class SessionService:
             if r.kind in retrieval.CONTEXT_KINDS
         ]
         if not sources:
-            raise InvalidRequest("nothing to summarize: the older turns hold no messages")
+            raise Conflict("nothing to summarize: the older turns hold no messages")
         preamble_ids, preamble_tokens = retrieval.preamble(log)
         answer = await retrieval.summarize(
             engine, self.handles, row.id, salt_of(row), preamble_tokens, sources,
@@ -507,7 +507,7 @@ class SessionService:
         live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         try:
             compaction_plan(live, keep)
-        except InvalidRequest:
+        except Conflict:
             return  # everything left is kept: nothing older to fold in yet
         await self._compact_locked(tx, engine, row, keep, bool(policy.get("write_back")))
 

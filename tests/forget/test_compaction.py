@@ -49,8 +49,9 @@ def test_compaction_replaces_older_turns_with_a_summary(client: httpx.Client) ->
     r = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [user("Where do I live?")]})
     assert r.status_code == 200 and r.json()["turn"] == 5
     assert r.json()["usage"]["reused_tokens"] == after[-1]["token_span"][1]  # the cache holds the compacted prompt
-    problem(client.post(f"/v1/sessions/{session_id}/compact", json={"keep_last_turns": 50}), 422)
-    problem(client.post(f"/v1/sessions/{session_id}/compact", json={"write_back": True}), 422)  # no namespace
+    # A valid request the session's state cannot take: 409.
+    problem(client.post(f"/v1/sessions/{session_id}/compact", json={"keep_last_turns": 50}), 409)
+    problem(client.post(f"/v1/sessions/{session_id}/compact", json={"write_back": True}), 409)  # no namespace
 
 
 def test_forgetting_a_summarized_fact_replays_the_compaction(client: httpx.Client, database_url: str) -> None:

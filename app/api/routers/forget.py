@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response
 
 from app.api.deps import ContainerDep, PrincipalDep
-from app.api.params import ID_PATTERN, ObjectId
+from app.api.openapi import link
+from app.api.params import ID_PATTERN, Cursor, ObjectId
 from app.api.problems import problem_doc
 from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
 from app.forget.listing import page_jobs
@@ -23,8 +24,11 @@ async def get_forget(container: ContainerDep) -> ForgetService:
 
 ForgetDep = Annotated[ForgetService, Depends(get_forget)]
 
+JOB_LINKS = {"GetForgetJob": link("get_forget_job_v1_forget__id__get", "The job", id="$response.body#/id")}
 SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     200: {"model": ForgetJobOut, "description": "A dry run's plan, or the job when `wait` saw it finish"},
+    202: {"description": "The job, queued", "links": JOB_LINKS},
+    409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it)"),
     503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
 }
 
@@ -58,7 +62,7 @@ async def list_forget_jobs(
     principal: PrincipalDep,
     container: ContainerDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    cursor: Cursor = None,
     status: Annotated[
         Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] | None, Query()
     ] = None,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.openapi import link
+from app.api.params import Cursor
 from app.api.problems import problem_doc
 from app.api.schemas.memory import (
     KEY_PATTERN,
@@ -33,11 +36,25 @@ from app.memory.validation import base_version_from_headers, etag
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
 
 
+class NamespaceSegment(StringConvertor):
+    """A path segment `GET /v1/memory/{namespace}` serves: anything but `<name>:batch`, the batch route's path, so
+    another method on it answers 405 (Allow: POST) rather than a 422 for a namespace holding ':'."""
+
+    regex = r"(?![^/]*:batch$)[^/]+"
+
+
+register_url_convertor("memory_namespace", NamespaceSegment())
+
+
 
 STALE: dict[int | str, dict[str, Any]] = {
     412: problem_doc("Stale version: `current_version` and `forgotten` say where the key stands"),
 }
-PRECONDITIONS: dict[int | str, dict[str, Any]] = {**STALE, 428: problem_doc("PUT without If-Match or If-None-Match")}
+PRECONDITIONS: dict[int | str, dict[str, Any]] = {
+    **STALE, 428: problem_doc("PUT without If-Match or If-None-Match, or with `If-Match: *`"),
+}
+# An ETag (the version, quoted, maybe weak) or `*`; both headers at once answer 422 (app/memory/validation.py).
+IF_MATCH_PATTERN = r'^(\*|(W/)?"?[0-9]{1,18}"?)$'
 
 Namespace = Annotated[str, Path(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)]
 Key = Annotated[str, Path(min_length=1, max_length=200, pattern=KEY_PATTERN)]
@@ -71,7 +88,6 @@ async def get_catalog(container: ContainerDep) -> MemoryCatalog:
 
 CatalogDep = Annotated[MemoryCatalog, Depends(get_catalog)]
 Limit = Annotated[int, Query(ge=1, le=1000)]
-Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")]
 
 
 @router.get("", response_model=NamespaceList, summary="The tenant's namespaces with key counts, in name order")
@@ -91,7 +107,8 @@ async def list_namespaces(
 
 # exclude_unset: without include_forgotten the page keeps its original shape (no empty `forgotten`).
 @router.get(
-    "/{namespace}", response_model=KeyList, response_model_exclude_unset=True, summary="Live keys of a namespace"
+    "/{namespace:memory_namespace}", response_model=KeyList, response_model_exclude_unset=True,
+    summary="Live keys of a namespace",
 )
 async def list_keys(
     namespace: Namespace,
@@ -127,7 +144,22 @@ async def read_record(
     )
 
 
-@router.put("/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write", responses=PRECONDITIONS)
+RECORD = {"namespace": "$request.path.namespace", "key": "$request.path.key"}
+RECORD_LINKS = {
+    "ReadRecord": link("read_record_v1_memory__namespace___key__get", "Read it", **RECORD),
+    "RecordHistory": link("record_history_v1_memory__namespace___key__history_get", "Its versions", **RECORD),
+    "ForgetRecord": link("forget_record_v1_memory__namespace___key__delete", "Forget it", **RECORD),
+}
+
+
+@router.put(
+    "/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write",
+    responses={
+        **PRECONDITIONS,
+        200: {"description": "Written over the version If-Match named", "links": RECORD_LINKS},
+        201: {"model": MemoryWriteOut, "description": "Created", "links": RECORD_LINKS},
+    },
+)
 async def write_record(
     namespace: Namespace,
     key: Key,
@@ -136,9 +168,13 @@ async def write_record(
     memory: MemoryDep,
     response: Response,
     if_match: Annotated[
-        str | None, Header(description='"<version you read>"; the tombstone version re-establishes a forgotten key')
+        str | None,
+        Header(
+            pattern=IF_MATCH_PATTERN,
+            description='"<version you read>"; the tombstone version re-establishes a forgotten key (`*` answers 428)',
+        ),
     ] = None,
-    if_none_match: Annotated[str | None, Header(description="* creates a key that was never written")] = None,
+    if_none_match: Annotated[Literal["*"] | None, Header(description="* creates a key that was never written")] = None,
 ) -> MemoryWriteOut:
     base = base_version_from_headers(if_match, if_none_match)
     outcome = await memory.write(
@@ -151,7 +187,10 @@ async def write_record(
     )
 
 
-@router.delete("/{namespace}/{key}", response_model=MemoryForgetOut, summary="Forget: write a tombstone")
+@router.delete(
+    "/{namespace}/{key}", response_model=MemoryForgetOut, summary="Forget: write a tombstone",
+    responses={409: problem_doc("The key kept changing while it was being forgotten: retry")},
+)
 async def forget_record(
     namespace: Namespace,
     key: Key,

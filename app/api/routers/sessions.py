@@ -9,7 +9,8 @@ from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.disconnect import until_disconnect
-from app.api.params import ObjectId
+from app.api.openapi import link
+from app.api.params import Cursor, ObjectId
 from app.api.problems import problem_doc
 from app.api.routers.forget import job_out
 from app.api.schemas.sessions import (
@@ -140,9 +141,22 @@ def _check_retrieval(body: SessionCreate) -> None:
         )
 
 
+SESSION = "$response.body#/id"
+SESSION_LINKS = {
+    "GetSession": link("get_session_v1_sessions__id__get", "Read it", id=SESSION),
+    "PostTurn": link("post_turn_v1_sessions__id__turns_post", "Run a transition", id=SESSION),
+    "ListArtifacts": link("list_artifacts_v1_sessions__id__artifacts_get", "Its artifacts", id=SESSION),
+    "CompactSession": link("compact_session_v1_sessions__id__compact_post", "Compact it", id=SESSION),
+    "DeleteSession": link("delete_session_v1_sessions__id__delete", "Purge it", id=SESSION),
+}
+
+
 @router.post(
     "", status_code=201, response_model=SessionOut, summary="Create a session",
-    responses={422: problem_doc("Invalid options, or options the retrieval policy cannot honour (tools)")},
+    responses={
+        201: {"description": "The session", "links": SESSION_LINKS},
+        422: problem_doc("Invalid options, or options the retrieval policy cannot honour (tools)"),
+    },
 )
 async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
     _check_retrieval(body)
@@ -166,7 +180,7 @@ async def list_sessions(
     principal: PrincipalDep,
     sessions: SessionsDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    cursor: Cursor = None,
     status: Annotated[Literal["idle", "running", "forgetting"] | None, Query()] = None,
     context_policy: Annotated[Literal["full", "retrieval"] | None, Query()] = None,
 ) -> SessionList:
@@ -189,13 +203,52 @@ async def delete_session(id: ObjectId, principal: PrincipalDep, sessions: Sessio
     return Response(status_code=204)
 
 
+def _sse_event(name: str, data: dict[str, Any], description: str) -> dict[str, Any]:
+    """One server-sent event as a client parses it: its name and its `data` line, a JSON document."""
+    return {
+        "type": "object",
+        "description": description,
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"const": name},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+        },
+    }
+
+
+TURN_EVENTS: dict[str, Any] = {
+    "oneOf": [
+        _sse_event(
+            "delta",
+            {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+            "Text of the reply as it is sampled",
+        ),
+        _sse_event("turn", {"$ref": "#/components/schemas/TurnOut"}, "The last event: the transition"),
+        _sse_event("error", {"$ref": "#/components/schemas/ProblemDetails"}, "The last event of a failed turn"),
+    ]
+}
+
 TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
     **TURN_ERRORS,
     200: {
-        "description": "The transition; with `stream: true`, `text/event-stream`: `delta` events "
-        "(`{\"text\": ...}`) as the reply is sampled, then one `turn` event with this object "
-        "(or one `error` event with a problem document)",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "links": {
+            "ReplyDescendants": link(
+                "artifact_descendants_v1_sessions__id__artifacts__artifact_id__descendants_get",
+                "The taint closure of the reply", id="$request.path.id",
+                artifact_id="$response.body#/reply/artifact_id",
+            ),
+            "InputDescendants": link(
+                "artifact_descendants_v1_sessions__id__artifacts__artifact_id__descendants_get",
+                "The taint closure of the first input", id="$request.path.id",
+                artifact_id="$response.body#/inputs/0/artifact_id",
+            ),
+        },
+        "description": "The transition; with `stream: true` (and a reply to sample), `text/event-stream`: `delta` "
+        "events (`{\"text\": ...}`) as the reply is sampled, then one `turn` event with this object (or one "
+        "`error` event with a problem document). The schema describes each event.",
+        "content": {"text/event-stream": {"schema": TURN_EVENTS}},
     },
 }
 
@@ -286,7 +339,13 @@ async def artifact_descendants(
 
 @router.post(
     "/{id}/compact", response_model=SessionOut, summary="Replace older turns with a model-written summary",
-    responses={**TURN_ERRORS, 422: problem_doc("Nothing to compact, or write_back without a memory namespace")},
+    responses={
+        **TURN_ERRORS,
+        409: problem_doc(
+            "Another turn or a forget holds the session (`Retry-After`), or the session cannot be compacted as asked: "
+            "nothing to compact, or write_back without a memory namespace"
+        ),
+    },
 )
 async def compact_session(
     id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, body: CompactRequest | None = None

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from app.api.deps import ContainerDep, PrincipalDep
+from app.api.params import Cursor
 from app.api.problems import problem_doc
 from app.api.schemas.forget import DeliveryList, DeliveryOut, DetectorWebhook, WebhookAccepted
 from app.forget.wiring import forget_service
@@ -55,7 +56,7 @@ async def list_deliveries(
     principal: PrincipalDep,
     container: ContainerDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
+    cursor: Cursor = None,
 ) -> DeliveryList:
     page, next_cursor = await page_deliveries(container.db, principal.tenant_id, cursor=cursor, limit=limit)
     return DeliveryList(

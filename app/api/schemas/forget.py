@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api.schemas.common import RequestModel
+from app.api.schemas.memory import KEY_PATTERN, NAMESPACE_PATTERN
 
 Strategy = Literal[
     "selective_replay", "full_reset", "delete_dependents", "no_forget", "memory_delete", "forget_instruction",
@@ -16,13 +17,55 @@ Strategy = Literal[
 
 
 class MemoryRef(RequestModel):
-    namespace: str = Field(min_length=1, max_length=200)
-    key: str = Field(min_length=1, max_length=200)
+    namespace: str = Field(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)
+    key: str = Field(min_length=1, max_length=200, pattern=KEY_PATTERN)
+
+
+# The target forms, the JSON type each takes, and whether it needs `session_id` (ForgetTarget._exactly_one).
+_FORMS = {
+    "artifact_id": ("string", False), "artifact_ids": ("array", True), "text": ("string", True),
+    "memory": ("object", False), "keyword": ("string", True), "query": ("string", True),
+}
+
+
+def _one_form(form: str) -> dict[str, Any]:
+    kind, needs_session = _FORMS[form]
+    properties: dict[str, Any] = {other: {"type": "null"} for other in _FORMS if other != form}
+    properties[form] = {"type": kind}
+    if needs_session:
+        properties["session_id"] = {"type": "string"}
+    if form != "query":
+        properties["min_similarity"] = {"type": "null"}
+    required = [form, "session_id"] if needs_session else [form]
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _target_schema(schema: dict[str, Any]) -> None:
+    """The validator's rules in the JSON Schema, so the spec says which bodies are accepted."""
+    schema["oneOf"] = [_one_form(form) for form in _FORMS]
+
+
+def _request_schema(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [
+        {
+            "type": "object", "required": [given],
+            "properties": {given: {"type": kind}, other: {"type": "null"}},
+        }
+        for given, kind, other in (("target", "object", "plan_id"), ("plan_id", "string", "target"))
+    ]
+    # semantic_deletion takes a query target only (422 otherwise).
+    schema["if"] = {
+        "required": ["strategy", "target"],
+        "properties": {"strategy": {"const": "semantic_deletion"}, "target": {"type": "object"}},
+    }
+    schema["then"] = {"properties": {"target": {"required": ["query"], "properties": {"query": {"type": "string"}}}}}
 
 
 class ForgetTarget(RequestModel):
     """Exactly one target form: an artifact, a set of artifacts, a text span in a session, a memory record, a keyword
     or a semantic query."""
+
+    model_config = ConfigDict(json_schema_extra=_target_schema)
 
     artifact_id: str | None = Field(default=None, min_length=1, max_length=64)
     artifact_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
@@ -57,6 +100,8 @@ class ForgetTarget(RequestModel):
 
 
 class ForgetRequest(RequestModel):
+    model_config = ConfigDict(json_schema_extra=_request_schema)
+
     target: ForgetTarget | None = None
     plan_id: str | None = Field(
         default=None, min_length=1, max_length=64,
@@ -151,7 +196,17 @@ class ForgetJobOut(BaseModel):
     finished_at: datetime | None = None
 
 
+def _flag_schema(schema: dict[str, Any]) -> None:
+    """A flag names the artifact, a text span, or both (422 otherwise)."""
+    schema["anyOf"] = [
+        {"type": "object", "required": [name], "properties": {name: {"type": "string"}}}
+        for name in ("artifact_id", "text")
+    ]
+
+
 class DetectorWebhook(RequestModel):
+    model_config = ConfigDict(json_schema_extra=_flag_schema)
+
     session_id: str = Field(min_length=1, max_length=64)
     artifact_id: str | None = Field(default=None, min_length=1, max_length=64)
     text: str | None = Field(default=None, min_length=1, max_length=100_000)

@@ -57,7 +57,10 @@ class MemoryForgetOut(BaseModel):
 class BatchWrite(RequestModel):
     key: Key
     value: Any
-    base_version: int = Field(ge=0, le=2**62, description="The version the writer read; 0 creates a never-written key.")
+    base_version: int = Field(
+        ge=0, le=2**53, description="The version the writer read; 0 creates a never-written key (at most 2^53, the "
+        "largest integer every JSON parser reads exactly)."
+    )
     source: SourceStr = "user"
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.schemas.common import RequestModel
 from app.api.schemas.forget import ForgetJobOut
+from app.runtime.tools import BUILTINS
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 
@@ -17,7 +18,22 @@ class RetrievalConfig(RequestModel):
     min_similarity: float = Field(default=0.25, ge=-1.0, le=1.0)
 
 
+def _tool_rules(schema: dict[str, Any]) -> None:
+    """A built-in is one of BUILTINS, of its own kind (app/runtime/tools.py `normalize`; 422 otherwise)."""
+    schema["if"] = {"required": ["builtin"], "properties": {"builtin": {"const": True}}}
+    schema["then"] = {
+        "anyOf": [
+            {"properties": {"name": {"const": name}, "kind": {"enum": [kind, None]}}}
+            for name, (kind, _, _) in BUILTINS.items()
+        ]
+    }
+
+
 class ToolSpec(RequestModel):
+    """A tool the model may call. Names are unique within a session (422 otherwise)."""
+
+    model_config = ConfigDict(json_schema_extra=_tool_rules)
+
     name: Name
     description: str = Field(default="", max_length=4000)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
@@ -47,7 +63,33 @@ class CompactionPolicy(RequestModel):
     write_back: bool = Field(default=False, description="Also write each summary into the memory namespace")
 
 
+def _session_rules(schema: dict[str, Any]) -> None:
+    """What the create route refuses with 422 beyond each field's own schema (app/api/routers/sessions.py)."""
+    schema["allOf"] = [
+        {   # compaction.write_back writes into the session's memory namespace
+            "if": {
+                "required": ["compaction"],
+                "properties": {
+                    "compaction": {"required": ["write_back"], "properties": {"write_back": {"const": True}}}
+                },
+            },
+            "then": {"required": ["memory_namespace"], "properties": {"memory_namespace": {"type": "string"}}},
+        },
+        {   # a retrieval session answers each turn in one prompt: no tool loop, no prompt that grows past a budget
+            "if": {"required": ["context_policy"], "properties": {"context_policy": {"const": "retrieval"}}},
+            "then": {
+                "properties": {
+                    "tools": {"maxItems": 0},
+                    "compaction": {"properties": {"max_tokens": {"type": "null"}}},
+                }
+            },
+        },
+    ]
+
+
 class SessionCreate(RequestModel):
+    model_config = ConfigDict(json_schema_extra=_session_rules)
+
     system_prompt: str | None = Field(default=None, max_length=100_000)
     memory_namespace: str | None = Field(default=None, min_length=1, max_length=200)
     context_policy: Literal["full", "retrieval"] = "full"
