@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 import uuid
@@ -27,6 +28,15 @@ from app.tenants.service import TenantService
 from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# A run stopped with SIGTERM (a CI timeout, `kill`) ends like Ctrl-C: pytest tears the fixtures down and the exit
+# handlers stop every embedded PostgreSQL the run started. With the default disposition they would outlive it.
+signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session")
