@@ -207,7 +207,7 @@ def run(base: str, clients: int, processes: int, duration: float, n_keys: int) -
             await seed(client, [f"fact-{i:04d}" for i in range(n_keys)])
 
     asyncio.run(seed_all())
-    groups = [list(range(clients))[p::processes] for p in range(processes) if list(range(clients))[p::processes]]
+    groups = [ids for p in range(processes) if (ids := list(range(p, clients, processes)))]
     mine = resource.getrusage(resource.RUSAGE_SELF)
     until = time.time() + duration  # wall clock: shared by the processes
     stats = Stats()

@@ -60,7 +60,6 @@ def release_embedded_postgres(server: Any) -> None:
 
 def _drop_dead_holders(pgdata: Path) -> None:
     """Remove the pids of processes that no longer exist from pgserver's holder list (under its lock)."""
-    import psutil
     from pgserver.postgres_server import PostgresServer
 
     listing = pgdata / ".handle_pids.json"
@@ -68,13 +67,15 @@ def _drop_dead_holders(pgdata: Path) -> None:
         if not listing.exists():
             return
         pids: list[int] = json.loads(listing.read_text() or "[]")
-        alive = [pid for pid in pids if _alive(pid, psutil)]
+        alive = [pid for pid in pids if _alive(pid)]
         if alive != pids:
             log.info("embedded postgres: dropped %d dead holder(s)", len(pids) - len(alive))
             listing.write_text(json.dumps(alive))
 
 
-def _alive(pid: int, psutil: Any) -> bool:
+def _alive(pid: int) -> bool:
+    import psutil
+
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
