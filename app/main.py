@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
+from app.api.middleware import ObservabilityMiddleware
 from app.api.openapi import install_exact_parameters
 from app.api.problems import install_problem_handlers, problem_doc
 from app.api.routers import forget, health, memory, sessions, webhooks
@@ -20,7 +21,6 @@ from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
 from app.engine.protocol import KVEngine
 from app.observability.metrics import Metrics
-from app.observability.middleware import ObservabilityMiddleware
 from app.openai_compat import endpoints as openai_compat
 from app.settings import Settings
 from app.tenants.service import TenantService

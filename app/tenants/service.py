@@ -118,8 +118,3 @@ class TenantService:
                 await repo.add_key(session, tenant.id, hash_key(key), label="bootstrap")
             if settings.bootstrap_webhook_secret is not None:
                 await repo.set_webhook_secret(session, tenant.id, settings.bootstrap_webhook_secret.get_secret_value())
-
-    async def webhook_secret(self, tenant_id: str) -> str | None:
-        async with self.db.transaction() as session:
-            tenant = await repo.get(session, tenant_id)
-        return None if tenant is None else tenant.webhook_secret
