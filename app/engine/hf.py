@@ -39,8 +39,9 @@ import torch
 
 from app.engine.cache_pool import CachePool
 from app.engine.chat import ChatMLTemplate
+from app.engine.hf_load import load_full_attention_lm
 from app.engine.hf_state import HandleState
-from app.engine.model_store import model_id_for, resolve_model
+from app.engine.model_store import model_id_for
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import find_stop, make_generator, sample_token, validate
 
@@ -119,31 +120,17 @@ class HFEngine:
         self._executor.shutdown(wait=False)
 
     def _load(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-        from transformers.cache_utils import DynamicLayer
-
         if self._model is not None:  # a second start() queued behind the first
             return
         started = time.perf_counter()
         torch.set_num_threads(self._num_threads)  # on the worker thread, where every forward runs
-        resolved = resolve_model(self._model_arg, self._cache_dir)
-        tokenizer = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
-        model: Any = AutoModelForCausalLM.from_pretrained(str(resolved.path), local_files_only=True)
-        model.eval()
-        layers = DynamicCache(config=model.config).layers
-        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
-            # Sliding-window or linear-attention layers cannot be cropped back to an arbitrary token.
-            raise RuntimeError(f"{resolved.path}: the hf engine needs a model whose layers all use full attention")
-        eos = model.generation_config.eos_token_id
-        extra_stops = frozenset([eos] if isinstance(eos, int) else list(eos or []))
-        self._chat = ChatMLTemplate(tokenizer, extra_stop_ids=extra_stops)
-        self._max_positions = getattr(model.config, "max_position_embeddings", None)
-        self.model_id = resolved.model_id
-        self._model = model
+        loaded = load_full_attention_lm(self._model_arg, self._cache_dir)
+        self._chat, self._max_positions, self.model_id = loaded.chat, loaded.max_positions, loaded.model_id
+        self._model = loaded.model
         log.info(
             "hf engine ready: %s from %s in %.1f s (%d threads, %d MiB KV budget)",
             self.model_id,
-            resolved.path,
+            loaded.path,
             time.perf_counter() - started,
             self._num_threads,
             self._pool.budget >> 20,

@@ -16,32 +16,31 @@ the one that shapes the defaults here: requests batched together change the floa
 in bfloat16, seeded samples), so the engine runs one sequence at a time (`max_num_seqs=1`) and in float32 unless told
 otherwise.
 
-The helpers at the bottom (template loading, salts, seeds, turning vLLM's output into a `Generation`) are shared with
-the remote engine, which talks to a `vllm serve` fleet over HTTP; they import nothing from vLLM.
+What the remote engine shares with this one (template loading, salts, seeds, turning vLLM's output into a
+`Generation`) is in vllm_common.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
-from app.engine.sampling import find_stop, validate
+from app.engine.sampling import validate
+from app.engine.tokens import common_prefix
+from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KV_CACHE_BYTES = 1 << 30  # SmolLM2-135M in float32 holds ~46 KB per token: ~23k tokens of blocks
-_SEED_SPACE = 1 << 63  # vLLM (and its HTTP API) take a signed 64-bit seed
 
 
 @dataclass
@@ -285,7 +284,7 @@ class VLLMEngine:
         reused = int(output.num_cached_tokens or 0)
         state = handle.state
         if isinstance(state, ComputedPrefix) and state.owner is self:
-            known = _common_prefix(state.tokens, log_ids)
+            known = common_prefix(state.tokens, log_ids)
             block = self.block_size
             # vLLM serves whole blocks, and always recomputes at least the prompt's last token.
             expected = min(known, len(log_ids) - 1) // block * block
@@ -333,75 +332,3 @@ class VLLMEngine:
         if final is None or not final.finished:
             raise RuntimeError(f"vllm request {request_id} ended without a result")
         return final
-
-
-# -- shared with the remote engine (no vLLM imports) ---------------------------------------------------------------
-
-
-def load_chat_template(model_dir: Path) -> tuple[ChatMLTemplate, int]:
-    """The ChatML template over the tokenizer in `model_dir`, with the model's EOS ids as extra stops (as hf does),
-    and the tokenizer's size (added tokens included): the bound on valid token ids."""
-    from transformers import AutoTokenizer, GenerationConfig
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    try:
-        eos: Any = GenerationConfig.from_pretrained(str(model_dir), local_files_only=True).eos_token_id
-    except OSError:  # no generation_config.json: the tokenizer's own EOS is already a stop
-        eos = None
-    extra = frozenset([eos] if isinstance(eos, int) else list(eos or []))
-    return ChatMLTemplate(tokenizer, extra_stop_ids=extra), len(tokenizer)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def cache_salt(salt: str | None) -> str | None:
-    """The vLLM `cache_salt` for a handle's salt (per session in the runtime: runtime/salts.py): a fixed-length digest.
-
-    vLLM accepts at most 128 characters without '/', '@', '\\' or NUL; a digest satisfies that for any salt and
-    keeps tenant and session identifiers out of a remote fleet's logs. None stays None: handles without a salt share
-    blocks.
-    """
-    if salt is None:
-        return None
-    return "lethe-" + hashlib.sha256(salt.encode()).hexdigest()[:40]
-
-
-def vllm_seed(seed: int) -> int:
-    """Sampling.seed mapped into vLLM's signed 64-bit range, as sampling.make_generator maps it into torch's."""
-    return seed % _SEED_SPACE
-
-
-def check_ids(token_ids: Sequence[int], vocab_size: int) -> None:
-    if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size})")
-
-
-def to_generation(
-    chat: ChatTemplate,
-    sampling: Sampling,
-    sampled: list[int],
-    finish_reason: str | None,
-    stop_reason: int | str | None,
-    usage: TokenUsage,
-) -> Generation:
-    """A `Generation` from vLLM's completion, with the hf engine's conventions.
-
-    vLLM keeps the stop *token* (EOS or a stop_token_id) at the end of `token_ids`; the protocol excludes it from the
-    result and the log. A stop *string* keeps its tokens (they are in the log, as in hf) but is cut from the text.
-    """
-    if finish_reason not in ("stop", "length"):
-        raise RuntimeError(f"vllm finished the request with {finish_reason!r}")
-    finish: Literal["stop", "length"] = "stop" if finish_reason == "stop" else "length"
-    token_ids = list(sampled)
-    if finish == "stop" and not isinstance(stop_reason, str) and token_ids and token_ids[-1] in chat.stop_token_ids:
-        token_ids.pop()
-    text = chat.decode(token_ids)
-    stop_at = find_stop(text, sampling.stop) if sampling.stop else None
-    return Generation(
-        token_ids=token_ids,
-        text=text if stop_at is None else text[:stop_at],
-        finish_reason=finish,
-        usage=TokenUsage(reused=usage.reused, prefilled=usage.prefilled, decoded=len(sampled)),
-    )

@@ -29,7 +29,7 @@ from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
-from app.engine.vllm_local import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
 
 log = logging.getLogger(__name__)
 

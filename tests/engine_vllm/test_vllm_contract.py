@@ -14,7 +14,8 @@ from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import resolve_model
 from app.engine.protocol import Sampling, TokenUsage
 from app.engine.sampling import transition_seed
-from app.engine.vllm_local import VLLMEngine, cache_salt, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_common import cache_salt, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_local import VLLMEngine
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
 from app.runtime.salts import session_salt
 from app.runtime.transition import use_salt

@@ -1,0 +1,81 @@
+"""What both vLLM engines need and nothing of vLLM itself: the chat template over the model's tokenizer, the cache salt
+and seed as vLLM takes them, and turning a finished completion into a `Generation` with the hf engine's conventions.
+The in-process engine (vllm_local.py) and the remote one (vllm_remote.py, a `vllm serve` fleet over HTTP) share it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from app.engine.chat import ChatMLTemplate
+from app.engine.protocol import ChatTemplate, Generation, Sampling, TokenUsage
+from app.engine.sampling import find_stop
+
+_SEED_SPACE = 1 << 63  # vLLM (and its HTTP API) take a signed 64-bit seed
+
+
+def load_chat_template(model_dir: Path) -> tuple[ChatMLTemplate, int]:
+    """The ChatML template over the tokenizer in `model_dir`, with the model's EOS ids as extra stops (as hf does),
+    and the tokenizer's size (added tokens included): the bound on valid token ids."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    try:
+        eos: Any = GenerationConfig.from_pretrained(str(model_dir), local_files_only=True).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's own EOS is already a stop
+        eos = None
+    extra = frozenset([eos] if isinstance(eos, int) else list(eos or []))
+    return ChatMLTemplate(tokenizer, extra_stop_ids=extra), len(tokenizer)
+
+
+def cache_salt(salt: str | None) -> str | None:
+    """The vLLM `cache_salt` for a handle's salt (per session in the runtime: runtime/salts.py): a fixed-length digest.
+
+    vLLM accepts at most 128 characters without '/', '@', '\\' or NUL; a digest satisfies that for any salt and
+    keeps tenant and session identifiers out of a remote fleet's logs. None stays None: handles without a salt share
+    blocks.
+    """
+    if salt is None:
+        return None
+    return "lethe-" + hashlib.sha256(salt.encode()).hexdigest()[:40]
+
+
+def vllm_seed(seed: int) -> int:
+    """Sampling.seed mapped into vLLM's signed 64-bit range, as sampling.make_generator maps it into torch's."""
+    return seed % _SEED_SPACE
+
+
+def check_ids(token_ids: Sequence[int], vocab_size: int) -> None:
+    if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size})")
+
+
+def to_generation(
+    chat: ChatTemplate,
+    sampling: Sampling,
+    sampled: list[int],
+    finish_reason: str | None,
+    stop_reason: int | str | None,
+    usage: TokenUsage,
+) -> Generation:
+    """A `Generation` from vLLM's completion, with the hf engine's conventions.
+
+    vLLM keeps the stop *token* (EOS or a stop_token_id) at the end of `token_ids`; the protocol excludes it from the
+    result and the log. A stop *string* keeps its tokens (they are in the log, as in hf) but is cut from the text.
+    """
+    if finish_reason not in ("stop", "length"):
+        raise RuntimeError(f"vllm finished the request with {finish_reason!r}")
+    finish: Literal["stop", "length"] = "stop" if finish_reason == "stop" else "length"
+    token_ids = list(sampled)
+    if finish == "stop" and not isinstance(stop_reason, str) and token_ids and token_ids[-1] in chat.stop_token_ids:
+        token_ids.pop()
+    text = chat.decode(token_ids)
+    stop_at = find_stop(text, sampling.stop) if sampling.stop else None
+    return Generation(
+        token_ids=token_ids,
+        text=text if stop_at is None else text[:stop_at],
+        finish_reason=finish,
+        usage=TokenUsage(reused=usage.reused, prefilled=usage.prefilled, decoded=len(sampled)),
+    )
