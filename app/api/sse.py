@@ -47,15 +47,16 @@ class Run(Generic[R]):
     deltas: AsyncIterator[str] | None
     task: asyncio.Future[R]
 
-    async def outcome(self) -> tuple[R | None, LetheError | None]:
-        """The transition's result, or its error (an unexpected one logged, and answered as a bare 500)."""
+    def outcome(self) -> R | LetheError:
+        """Once its deltas are read (it has finished): its result, or its error (an unexpected one logged, and
+        answered as a bare 500 as the API's error handler does)."""
         try:
-            return self.task.result(), None
+            return self.task.result()
         except LetheError as exc:
-            return None, exc
+            return exc
         except Exception:
             log.exception("a streamed transition failed")
-            return None, LetheError("an unexpected error occurred; see the server log")
+            return LetheError("an unexpected error occurred; see the server log")
 
 
 async def start(run: Callable[[TokenSink], Awaitable[R]], chat: ChatTemplate) -> Run[R]:
@@ -133,9 +134,8 @@ async def _turn_events(run: Run[M]) -> AsyncIterator[ServerSentEvent]:
     assert run.deltas is not None
     async for delta in run.deltas:
         yield event("delta", {"text": delta})
-    result, error = await run.outcome()
-    if error is not None or result is None:
-        assert error is not None
-        yield event("error", problem(error.status, error.type_slug, error.title, error.detail, **error.extra))
+    outcome = run.outcome()
+    if isinstance(outcome, LetheError):
+        yield event("error", problem(outcome.status, outcome.type_slug, outcome.title, outcome.detail, **outcome.extra))
         return
-    yield event("turn", result.model_dump(mode="json"))
+    yield event("turn", outcome.model_dump(mode="json"))

@@ -14,6 +14,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from app.api.sse import Run, event
+from app.errors import LetheError
 from app.openai_compat.errors import body
 
 
@@ -46,11 +47,10 @@ async def response_events(
         async for delta in run.deltas:
             deltas.append(delta)
             yield seq("response.output_text.delta", **where, delta=delta, logprobs=[])
-    result, error = await run.outcome()
-    if error is not None or result is None:
-        assert error is not None
-        code = "invalid_api_key" if error.status == 401 else error.type_slug
-        yield seq("error", code=code, message=error.detail, param=error.extra.get("param"))
+    result = run.outcome()
+    if isinstance(result, LetheError):
+        code = "invalid_api_key" if result.status == 401 else result.type_slug
+        yield seq("error", code=code, message=result.detail, param=result.extra.get("param"))
         return
     final = next((o for o in result["output"] if o.get("id") == reply_id), None)
     done_text = final["content"][0]["text"] if final else "".join(deltas)
@@ -83,10 +83,9 @@ async def chat_chunks(
     if run.deltas is not None:
         async for delta in run.deltas:
             yield chunk({"content": delta})
-    result, error = await run.outcome()
-    if error is not None or result is None:
-        assert error is not None
-        yield event(None, body(error.status, error.detail, code=error.type_slug))
+    result = run.outcome()
+    if isinstance(result, LetheError):
+        yield event(None, body(result.status, result.detail, code=result.type_slug))
         return
     choice = result["choices"][0]
     calls = choice["message"].get("tool_calls") or []
