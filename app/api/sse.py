@@ -1,40 +1,70 @@
-"""Server-sent events for streaming turns: `delta` events with the reply's text as it is sampled, then one `turn`
-event holding the same object a non-streaming turn answers (or one `error` event with a problem document).
+"""Server-sent events for streaming transitions: the native `delta`… `turn` stream here, OpenAI's two formats in
+app/openai_compat/streaming.py, over the same started transition (`start`) and the same response (`respond`).
 
-The transition runs as a task the stream observes. A client that disconnects cancels it: Starlette cancels the
-stream's body, whose `finally` cancels the task, so the generation stops at its next token and the turn writes
-nothing (as if it had never been sent). Errors before the first token (a busy session, a bad tool result, a prompt
-too long) are ordinary problem+json answers, not a stream."""
+The transition runs as a task the stream observes. Its tokens become text deltas as they are sampled, detokenized
+incrementally (app/engine/detokenize.py): the work per delta does not grow with the reply. Errors before the first
+token (a busy session, a bad tool result, a prompt too long) are ordinary answers, not a stream.
+
+Events are framed by sse-starlette's `EventSourceResponse`. FastAPI's own (0.135+) frames only what a generator path
+operation yields, which answers `text/event-stream` before the first token exists; these routes decide only then
+whether they stream at all. sse-starlette watches the connection: a client that disconnects cancels the stream's
+body, whose `finally` cancels the task, so the generation stops at its next token and the turn writes nothing (as if
+it had never been sent). The wire stays what clients have always read here: lines end in `\\n` (its default is
+`\\r\\n`), and no keep-alive comments (its `: ping` every 15 s, however busy the stream): a stream opens with its
+first token and is never idle for long, while a client that reads every block as an event would trip on them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.problems import problem
+from app.engine.detokenize import IncrementalDetokenizer
 from app.engine.protocol import ChatTemplate, TokenSink
 from app.errors import LetheError
 
-_DONE = object()
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
+_DONE = object()
+LINE_END = "\n"
 
 
-def event(name: str, data: Any) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+@dataclass
+class Run(Generic[R]):
+    """A started transition: its text deltas (as sampled; None when it finished before sampling any) and its task."""
+
+    deltas: AsyncIterator[str] | None
+    task: asyncio.Future[R]
+
+    def outcome(self) -> R | LetheError:
+        """Once its deltas are read (it has finished): its result, or its error (an unexpected one logged, and
+        answered as a bare 500 as the API's error handler does)."""
+        try:
+            return self.task.result()
+        except LetheError as exc:
+            return exc
+        except Exception:
+            log.exception("a streamed transition failed")
+            return LetheError("an unexpected error occurred; see the server log")
 
 
-async def stream_turn(run: Callable[[TokenSink], Awaitable[M]], chat: ChatTemplate) -> StreamingResponse | M:
-    """Start `run(on_tokens)`; stream its tokens as text deltas once the first one arrives. Returns the plain result
-    when the turn finishes without sampling anything (no reply), and raises its error if it fails before that."""
+async def start(run: Callable[[TokenSink], Awaitable[R]], chat: ChatTemplate) -> Run[R]:
+    """Start `run(on_tokens)` and wait for its first tokens; raises its error if it fails before any."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
-    def on_tokens(tokens: list[int]) -> None:
+    def on_tokens(tokens: list[int]) -> None:  # called from the engine's thread
         loop.call_soon_threadsafe(queue.put_nowait, tokens)
 
     task = asyncio.ensure_future(run(on_tokens))
@@ -45,44 +75,67 @@ async def stream_turn(run: Callable[[TokenSink], Awaitable[M]], chat: ChatTempla
         task.cancel()
         raise
     if first is _DONE:
-        return task.result()  # raises the turn's error as a normal problem answer
-    return StreamingResponse(_events(first, queue, task, chat), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        task.result()  # raises the error before any token as a plain answer
+        return Run(None, task)
+    return Run(_deltas(first, queue, IncrementalDetokenizer(chat.decode)), task)
 
 
-async def _events(
-    first: list[int], queue: asyncio.Queue[Any], task: asyncio.Future[M], chat: ChatTemplate
-) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in _turn_events(first, queue, task, chat):
-            yield chunk
-    finally:
-        task.cancel()  # a no-op once the turn finished; else the client is gone and nobody reads the rest
-
-
-async def _turn_events(
-    first: list[int], queue: asyncio.Queue[Any], task: asyncio.Future[M], chat: ChatTemplate
-) -> AsyncIterator[bytes]:
-    tokens: list[int] = list(first)
-    sent = ""
+async def _deltas(first: list[int], queue: asyncio.Queue[Any], text: IncrementalDetokenizer) -> AsyncIterator[str]:
     item: Any = first
-    while True:
-        if item is not _DONE:
-            if item is not first:
-                tokens.extend(item)
-            text = chat.decode(tokens)
-            if not text.endswith("\ufffd") and len(text) > len(sent):  # never split a multi-byte character
-                yield event("delta", {"text": text[len(sent):]})
-                sent = text
-        else:
-            break
+    while item is not _DONE:
+        delta = text.push(item)
+        if delta:
+            yield delta
         item = await queue.get()
+    rest = text.flush()
+    if rest:
+        yield rest
+
+
+def event(name: str | None, data: dict[str, Any] | str) -> ServerSentEvent:
+    """One event: `data` as compact JSON (a string as it is, e.g. `[DONE]`); no `event:` line when `name` is None."""
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return ServerSentEvent(text, event=name, sep=LINE_END)
+
+
+def respond(events: AsyncIterator[ServerSentEvent], run: Run[Any]) -> EventSourceResponse:
+    """`events` as `text/event-stream` (with `Cache-Control: no-store` and `X-Accel-Buffering: no`, so that neither a
+    cache nor a proxy holds deltas back)."""
+    return EventSourceResponse(
+        _cancelling(events, run.task), sep=LINE_END, ping=0,
+        # uvicorn drains requests in flight for LETHE_SHUTDOWN_GRACE_S after SIGTERM, then cancels them; a stream is
+        # one of them, so sse-starlette's own drain must not cut it sooner.
+        shutdown_grace_period=math.inf,
+    )
+
+
+async def _cancelling(
+    events: AsyncIterator[ServerSentEvent], task: asyncio.Future[Any]
+) -> AsyncIterator[ServerSentEvent]:
+    """`events`, and the transition cancelled if the stream ends early (the client disconnected)."""
     try:
-        result = task.result()
-    except LetheError as exc:
-        yield event("error", problem(exc.status, exc.type_slug, exc.title, exc.detail, **exc.extra))
+        async for item in events:
+            yield item
+    finally:
+        task.cancel()  # a no-op once the transition finished
+
+
+async def stream_turn(run: Callable[[TokenSink], Awaitable[M]], chat: ChatTemplate) -> EventSourceResponse | M:
+    """A native turn as `delta` events (`{"text": ...}`), then one `turn` event with the object a non-streaming turn
+    answers (or one `error` event with a problem document). Answers that object itself when the turn finished
+    without sampling anything (no reply), and raises its error if it failed before that."""
+    started = await start(run, chat)
+    if started.deltas is None:
+        return started.task.result()
+    return respond(_turn_events(started), started)
+
+
+async def _turn_events(run: Run[M]) -> AsyncIterator[ServerSentEvent]:
+    assert run.deltas is not None
+    async for delta in run.deltas:
+        yield event("delta", {"text": delta})
+    outcome = run.outcome()
+    if isinstance(outcome, LetheError):
+        yield event("error", problem(outcome.status, outcome.type_slug, outcome.title, outcome.detail, **outcome.extra))
         return
-    except Exception:
-        yield event("error", problem(500, "internal-error", "Internal error"))
-        return
-    yield event("turn", result.model_dump(mode="json"))
+    yield event("turn", outcome.model_dump(mode="json"))

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from app.api import sse
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.disconnect import until_disconnect
 from app.openai_compat import streaming
@@ -208,12 +209,12 @@ async def delete_item(
 )
 async def create_response(
     body: ResponseCreate, principal: PrincipalDep, compat: CompatDep, http: Request
-) -> dict[str, Any] | StreamingResponse:
+) -> dict[str, Any] | Response:
     _checked(body)
     run, skeleton, reply_id = await compat.create_response(principal.tenant_id, body)
     if body.stream:
-        started = await until_disconnect(http, streaming.start(run, compat.sessions.chat()))
-        return streaming.sse(streaming.response_events(started, skeleton, reply_id), started)
+        started = await until_disconnect(http, sse.start(run, compat.sessions.chat()))
+        return sse.respond(streaming.response_events(started, skeleton, reply_id), started)
     return await until_disconnect(http, run(None))
 
 
@@ -247,14 +248,14 @@ async def list_input_items(
 )
 async def create_chat_completion(
     body: ChatCompletionCreate, principal: PrincipalDep, chat: ChatDep, http: Request
-) -> JSONResponse | StreamingResponse:
+) -> JSONResponse | Response:
     _checked(body)
     run, head = await chat.create(principal.tenant_id, body)
     session_header = {"Lethe-Session-Id": head["lethe_session_id"]}
     if body.stream:
-        started = await until_disconnect(http, streaming.start(run, chat.sessions.chat()))
+        started = await until_disconnect(http, sse.start(run, chat.sessions.chat()))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        response = streaming.sse(streaming.chat_chunks(started, head, include_usage), started)
+        response = sse.respond(streaming.chat_chunks(started, head, include_usage), started)
         response.headers.update(session_header)
         return response
     if body.stream_options is not None:

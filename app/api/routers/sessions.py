@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import StreamingResponse
 
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.disconnect import until_disconnect
@@ -257,7 +256,7 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 async def post_turn(
     id: ObjectId, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep,
     http: Request,
-) -> TurnOut | StreamingResponse:
+) -> TurnOut | Response:
     request = _deletion_request(body)
     if request is not None:  # answered with a plan; never a transition, never stored
         plan = await forget_service(container).propose(principal.tenant_id, id, request)
