@@ -31,6 +31,12 @@ class IncrementalDetokenizer:
         self._tokens.extend(tokens)
         return self._advance(final=False)
 
+    def peek(self) -> str:
+        """The text held back so far (not yet emitted), at a cost that does not grow with the reply: the deltas
+        emitted, then this, read as `decode(all tokens)` reads now."""
+        emitted = self._decode(self._tokens[self._prefix_offset : self._read_offset])
+        return self._decode(self._tokens[self._prefix_offset :])[len(emitted) :]
+
     def flush(self) -> str:
         """What is still held back once no token follows (a reply cut inside a character ends in U+FFFD)."""
         return self._advance(final=True)

@@ -43,7 +43,7 @@ from app.engine.hf_load import load_full_attention_lm
 from app.engine.hf_state import HandleState
 from app.engine.model_store import model_id_for
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
-from app.engine.sampling import find_stop, make_generator, sample_token, validate
+from app.engine.sampling import StopWatch, make_generator, sample_token, validate
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -336,6 +336,7 @@ class HFEngine:
         decoded = 0
         finish: Literal["stop", "length"] = "length"
         stop_at: int | None = None
+        stops = StopWatch(self.chat.decode, sampling.stop) if sampling.stop else None
         while len(token_ids) < room:
             if self._closing.is_set() or (cancelled is not None and cancelled.is_set()):
                 break  # nobody waits for the rest (finish "length": the log holds what was sampled so far)
@@ -349,8 +350,8 @@ class HFEngine:
             handle.tokens.append(token)
             if on_tokens is not None:
                 on_tokens([token])
-            if sampling.stop:
-                stop_at = find_stop(self.chat.decode(token_ids), sampling.stop)
+            if stops is not None:
+                stop_at = stops.check([token])
                 if stop_at is not None:
                     finish = "stop"
                     break
