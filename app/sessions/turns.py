@@ -117,17 +117,17 @@ class Transitions:
 
     async def _auto_compact(self, tx: AsyncSession, engine: KVEngine, row: AgentSession) -> None:
         """Over the session's token budget (`compaction.max_tokens`), compact as the next transition."""
-        policy = row.compaction or {}
-        budget = policy.get("max_tokens")
+        config = row.compaction or {}
+        budget = config.get("max_tokens")
         if not budget or row.token_count <= int(budget):
             return
-        keep = int(policy.get("keep_last_turns", 2))
+        keep = int(config.get("keep_last_turns", 2))
         live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         try:
             split_older(live, keep)
         except Conflict:
             return  # everything left is kept: nothing older to fold in yet
-        await self._compact_locked(tx, engine, row, keep, bool(policy.get("write_back")))
+        await self._compact_locked(tx, engine, row, keep, bool(config.get("write_back")))
 
 
 async def _check_tool_results(tx: AsyncSession, row: AgentSession, observations: Sequence[Observation]) -> list[str]:
