@@ -16,10 +16,11 @@ from app.api.openapi import install_exact_parameters
 from app.api.problems import install_problem_handlers, problem_doc
 from app.api.routers import forget, health, memory, sessions, webhooks
 from app.console import routes as console
-from app.container import Container, EngineSlot
+from app.container import Container
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
 from app.engine.protocol import KVEngine
+from app.engine.slot import EngineSlot
 from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
 from app.settings import Settings

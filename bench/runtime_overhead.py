@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.container import EngineSlot
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
 from app.db.models import Tenant
@@ -29,10 +28,12 @@ from app.db.session import Database
 from app.engine.hf import HFEngine
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import transition_seed
+from app.engine.slot import EngineSlot
 from app.ids import new_id
 from app.runtime.blocks import Observation
 from app.runtime.handles import HandleRegistry
-from app.runtime.session import SessionConfig, SessionService
+from app.sessions.service import SessionService
+from app.sessions.views import SessionConfig
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 SCRIPT = [

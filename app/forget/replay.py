@@ -6,7 +6,7 @@ Given a session's artifacts, the located target and a restore point c (a checkpo
 - transitions c+1 .. from_turn-1 (the gap a coarse checkpoint policy leaves) are clean: their artifacts stay and
   the cache re-prefills their recorded tokens along their recorded chunks, which reproduces it bit for bit;
 - transitions from_turn .. T are replayed through the runtime's own transition function (transition.advance) with
-  the sanitized observations, the same per-transition seeds (sampling_for) and the same records (plan_records), so a
+  the sanitized observations, the same per-transition seeds (sampling_for) and the same records (records_for), so a
   replayed transition is the one the session would have run had it never seen the target. Observations the forget
   did not touch keep their artifact ids; a transition whose observations held only the target becomes an empty
   transition that keeps its index.
@@ -30,11 +30,12 @@ from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow, compact, summary_room
 from app.runtime.handles import HandleRegistry
-from app.runtime.records import log_entries, plan_records, stored_log
+from app.runtime.records import log_entries, records_for, stored_log
 from app.runtime.salts import salt_of
 from app.runtime.tooling import ToolContext, advance_with_tools
-from app.runtime.tools import ToolCall, declared
+from app.runtime.tools import declared
 from app.runtime.transition import Synced, Usage, check_room, sampling_for, sync
+from app.tool_calls import ToolCall
 
 # Meta keys the runtime adds for itself; the rest came with the observation and is rendered again with it.
 _RUNTIME_META = frozenset({"chunks", "finish_reason"})
@@ -169,7 +170,7 @@ async def replay(
             continue
         if turn == 0:
             # The system block: written at creation without an engine call; it waits as pending tokens.
-            records = plan_records(
+            records = records_for(
                 session.tenant_id, session.id, 0, log, blocks, None, session.context_policy, keep_ids
             )
             synced.pending.extend(t for b in blocks for t in b.token_ids)
@@ -177,7 +178,7 @@ async def replay(
             marks = checkpoints.at_session_start(session.checkpoint_policy, records.manifest_after)
         else:
             if (edited and not observed) or (not observed and not had_reply):
-                records = plan_records(session.tenant_id, session.id, turn, log, [], None, session.context_policy)
+                records = records_for(session.tenant_id, session.id, turn, log, [], None, session.context_policy)
             else:
                 log_tokens = log[-1].token_end if log else 0
                 room = check_room(engine, log_tokens, sum(len(b.token_ids) for b in blocks), had_reply)
@@ -188,7 +189,7 @@ async def replay(
                 if tools is not None and step.env_changed:
                     out.environments.append((turn, copy.deepcopy(tools.env)))
                 injected = _answers_needed(session, turn, step.pending, tools)
-                records = plan_records(
+                records = records_for(
                     session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy,
                     keep_ids,
                 )

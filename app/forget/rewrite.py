@@ -19,7 +19,7 @@ from app.forget.replay import Rebuilt, entries_of, observation_of
 from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
 from app.runtime.handles import HandleRegistry
-from app.runtime.records import plan_records, stored_log
+from app.runtime.records import records_for, stored_log
 from app.runtime.salts import salt_of
 from app.runtime.transition import advance, check_room, sync
 
@@ -145,7 +145,7 @@ async def append_instruction(
     synced = await sync(engine, handles.get(session.id), session.id, salt_of(session), stored_log(log))
     handles.put(session.id, synced.handle)
     outcome = await advance(engine, synced, [block], None)
-    records = plan_records(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy)
+    records = records_for(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy)
     marks = checkpoints.for_transition(
         session.checkpoint_policy, turn, records.kinds, records.manifest_before, records.manifest_after
     )

@@ -24,7 +24,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.container import EngineSlot
 from app.db.models import AgentSession, Artifact, ForgetJob
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import forget_jobs as jobs_repo
@@ -32,6 +31,7 @@ from app.db.repositories import sessions as sessions_repo
 from app.db.repositories import tools as tools_repo
 from app.db.session import Database
 from app.embeddings import Embedder
+from app.engine.slot import EngineSlot
 from app.errors import Conflict, InvalidRequest, NotFound, NotReady, SessionBusy
 from app.forget.plan import Restore, Tainted, closure, compute_cost, replies_in, restore_point, state_sha256
 from app.forget.replay import NeedsInput, Rebuilt
@@ -47,8 +47,8 @@ from app.observability.metrics import Metrics
 from app.runtime.blocks import MODEL_KINDS, ROLE_OF
 from app.runtime.handles import HandleRegistry
 from app.runtime.salts import rotates
-from app.runtime.session import SessionService
-from app.runtime.tools import ToolCall
+from app.sessions.service import SessionService
+from app.tool_calls import ToolCall
 
 log = logging.getLogger(__name__)
 

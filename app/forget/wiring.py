@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.container import Container
 from app.forget.service import ForgetService
 from app.forget.worker import ForgetWorker
-from app.runtime.session import SessionService
+from app.sessions.service import SessionService
 
 
 def session_service(container: Container) -> SessionService:

@@ -273,22 +273,3 @@ async def derived_from(db: AsyncSession, tenant_id: str, artifact_ids: list[str]
     """Live records whose value was written back from one of these artifacts (a session's summary)."""
     rows = await db.execute(_DERIVED_FROM, {"tenant_id": tenant_id, "artifact_ids": artifact_ids})
     return [(r.namespace, r.key) for r in rows]
-
-
-async def write_back(
-    db: AsyncSession, tenant_id: str, namespace: str, key: str, value: Any, provenance: dict[str, str]
-) -> Written:
-    """A session's summary written into memory (source `summarizer`) with where it came from. Based on the head it
-    reads under a share lock in the caller's transaction, so it supersedes whatever is there, tombstone included:
-    the summary is new information derived now, not a stale write in flight."""
-    state = await locked_state(db, tenant_id, namespace, key)
-    if state is None:
-        written = await create_if_absent(
-            db, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
-        )
-    else:
-        written = await write_if_version(
-            db, tenant_id, namespace, key, base=state.version, value=value, source="summarizer", provenance=provenance
-        )
-    assert written is not None  # the share lock keeps the head where it was read
-    return written

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.session import Database
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from app.memory import repository as repo
-from app.memory.repository import Head, State, VersionRow, Written
+from app.memory.repository import Head, Injectable, State, VersionRow, Written
 from app.memory.validation import (
     check_key,
     check_namespace,
@@ -344,3 +344,31 @@ async def forget_in(
         # Re-established between the two statements: tombstone the new version.
     # pragma: no cover - needs a writer re-establishing the key faster than we can lock it, 8 times
     raise Conflict("the key kept changing while it was being forgotten; retry")
+
+
+async def injectable_in(session: AsyncSession, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
+    """The live records a new session injects, read in its creating transaction under a share lock: a concurrent
+    forget of one either waits for the session (and its cascade then replays it) or lands first (and the record is
+    not injected)."""
+    return await repo.injectable(session, tenant_id, namespace, limit=limit)
+
+
+async def write_summary_in(
+    session: AsyncSession, tenant_id: str, namespace: str, key: str, value: Any, provenance: dict[str, str]
+) -> Written:
+    """A session's summary written into memory (source `summarizer`) with where it came from, in the caller's
+    transaction. Based on the head read under a share lock, so it supersedes whatever is there, a tombstone included:
+    the summary is new information derived now, not a stale write in flight (and a forget of what it was derived
+    from tombstones it in turn)."""
+    state = await repo.locked_state(session, tenant_id, namespace, key)
+    if state is None:
+        written = await repo.create_if_absent(
+            session, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
+        )
+    else:
+        written = await repo.write_if_version(
+            session, tenant_id, namespace, key, base=state.version, value=value, source="summarizer",
+            provenance=provenance,
+        )
+    assert written is not None  # the share lock keeps the head where it was read
+    return written

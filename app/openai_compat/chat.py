@@ -33,7 +33,7 @@ from app.openai_compat.items import message_text, visible_text
 from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
 from app.openai_compat.service import lethe_tools
 from app.runtime.blocks import Observation
-from app.runtime.session import SessionConfig, TurnResult
+from app.sessions.views import SessionConfig, TurnResult
 
 Canonical = dict[str, Any]
 

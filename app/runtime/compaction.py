@@ -17,7 +17,7 @@ replay, so a replayed compaction is the one the counterfactual session would hav
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,13 +25,13 @@ from app.engine.protocol import KVEngine, Sampling
 from app.errors import Conflict
 from app.ids import new_id
 from app.runtime.blocks import Observation, render
+from app.runtime.records import RUNTIME_META, artifact_row, edge_row
 from app.runtime.transition import Synced, Usage, advance, check_room
 
 SUMMARIZE: Final = (
     "Summarize our conversation so far in a few sentences. Keep every fact I told you; add nothing else."
 )
 SUMMARY_HEADER: Final = "Summary of the earlier conversation:\n"
-_RUNTIME_META: Final = frozenset({"chunks", "finish_reason"})
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Compaction:
     summary: str = ""
 
 
-def plan(live: Sequence[LiveRow], keep_last_turns: int) -> tuple[list[LiveRow], list[LiveRow], list[LiveRow]]:
+def split_older(live: Sequence[LiveRow], keep_last_turns: int) -> tuple[list[LiveRow], list[LiveRow], list[LiveRow]]:
     """(transition 0, the rows summarized, the rows kept as copies); 409 when there is nothing to summarize (a valid
     request the session's state cannot take)."""
     head = [r for r in live if r.turn == 0]
@@ -94,7 +94,7 @@ async def compact(
     keep_last_turns: int,
     next_position: int,
 ) -> Compaction:
-    head, summarized, kept = plan(live, keep_last_turns)
+    head, summarized, kept = split_older(live, keep_last_turns)
     chat = engine.chat
     request = render(chat, Observation("user", SUMMARIZE))
     outcome = await advance(engine, synced, [request], sampling)
@@ -113,25 +113,21 @@ async def compact(
          {"keep_last_turns": keep_last_turns, "summarized": len(summarized)}, False),
     ]
     for row in kept:
-        meta = {k: v for k, v in row.meta.items() if k not in _RUNTIME_META}
+        meta = {k: v for k, v in row.meta.items() if k not in RUNTIME_META}
         meta["copy_of"] = row.id
         pieces.append((new_id("art"), row.kind, row.content, row.token_ids, row.source_ids, meta, row.committed))
     for index, (artifact_id, kind, content, tokens, source_ids, meta, committed) in enumerate(pieces):
         if index == len(pieces) - 1:
             meta = {**meta, "chunks": {"at": 0, "sizes": [s for s in (head_end, len(new_tokens)) if s]}}
-        out.rows.append({
-            "id": artifact_id, "tenant_id": tenant_id, "session_id": session_id, "position": position,
-            "kind": kind, "turn": turn, "content": content, "token_start": offset,
-            "token_end": offset + len(tokens), "token_ids": list(tokens), "source_ids": list(source_ids),
-            "committed": committed, "meta": meta, "archived_by": None,
-        })
+        out.rows.append(artifact_row(
+            id=artifact_id, tenant_id=tenant_id, session_id=session_id, position=position, kind=kind, turn=turn,
+            content=content, token_start=offset, token_ids=tokens, source_ids=source_ids, committed=committed,
+            meta=meta,
+        ))
         offset, position = offset + len(tokens), position + 1
     out.edges = [
-        *_edges(session_id, turn, (r.id for r in summarized), out.summary_id),
-        *(
-            {"session_id": session_id, "parent_id": original.id, "child_id": copy["id"], "turn": turn}
-            for original, copy in zip(kept, out.rows[1:], strict=True)
-        ),
+        *(edge_row(session_id, r.id, out.summary_id, turn) for r in summarized),
+        *(edge_row(session_id, r.id, copy["id"], turn) for r, copy in zip(kept, out.rows[1:], strict=True)),
     ]
     usage = outcome.usage
     out.usage = Usage(
@@ -140,10 +136,6 @@ async def compact(
     )
     out.token_count = offset
     return out
-
-
-def _edges(session_id: str, turn: int, parents: Iterable[str], child: str) -> list[dict[str, Any]]:
-    return [{"session_id": session_id, "parent_id": p, "child_id": child, "turn": turn} for p in parents]
 
 
 def summary_room(engine: KVEngine, log_tokens: int) -> int | None:

@@ -19,9 +19,9 @@ did). The retrieval itself is runtime/retrieval.py; this class only turns its ch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from app.runtime.blocks import MODEL_KINDS
 
@@ -70,12 +70,15 @@ class RetrievedContext:
         return [*(n for n in prefix if n.id in self.wanted), *new]
 
 
+# A session's context policy by its stored name, as a transition without a retrieval of its own uses it.
+_BY_NAME: Final[Mapping[str, ContextPolicy]] = {"full": FullContext(), "retrieval": RetrievedContext()}
+
+
 def policy_for(name: str) -> ContextPolicy:
-    if name == "full":
-        return FullContext()
-    if name == "retrieval":
-        return RetrievedContext()
-    raise ValueError(f"no context policy {name!r}")
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"no context policy {name!r}") from None
 
 
 def union_sources(parents: Sequence[Node]) -> list[str]:

@@ -25,15 +25,16 @@ class HandleRegistry:
     def __init__(self, max_handles: int = DEFAULT_MAX_HANDLES) -> None:
         self.max_handles = max_handles
         self._handles: OrderedDict[str, CacheHandle] = OrderedDict()
-        self._queues: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._turn_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
-    def queue(self, session_id: str) -> asyncio.Lock:
-        """The process-local queue of a session's turns. The database row lock is what serializes turns; queueing
-        a process's own requests in front of it keeps waiters from each holding a pooled connection while they wait
-        (thirty queued turns would otherwise drain the pool for every other request)."""
-        lock = self._queues.get(session_id)
+    def turn_lock(self, session_id: str) -> asyncio.Lock:
+        """The process-local lock a session's turns (and deletes, and forgets) queue on. The database row lock is
+        what serializes them; queueing a process's own requests in front of it keeps waiters from each holding a
+        pooled connection while they wait (thirty queued turns would otherwise drain the pool for every other
+        request)."""
+        lock = self._turn_locks.get(session_id)
         if lock is None:
-            lock = self._queues[session_id] = asyncio.Lock()
+            lock = self._turn_locks[session_id] = asyncio.Lock()
         return lock
 
     def get(self, session_id: str) -> CacheHandle | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from app.db.repositories.artifacts import LogEntry
 from app.ids import new_id
@@ -17,6 +17,9 @@ from app.runtime.context import ContextPolicy, Node, policy_for, union_sources
 from app.runtime.transition import Outcome, StoredLog
 
 Manifest = list[tuple[str, int, int]]
+# Meta keys the runtime writes for itself about one run of a transition (its chunk recipe, why sampling stopped):
+# a copy of an artifact, or a replayed observation, does not inherit them.
+RUNTIME_META: Final = frozenset({"chunks", "finish_reason"})
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ def stored_log(log: Sequence[LogEntry]) -> StoredLog:
     return StoredLog(tokens, recipe if sum(recipe) <= len(tokens) else [])
 
 
-def plan_records(
+def records_for(
     tenant_id: str,
     session_id: str,
     turn: int,
@@ -82,41 +85,67 @@ def plan_records(
         if block.kind in MODEL_KINDS:
             parents = policy.reply_parents(prefix, added)
             sources = union_sources(parents)
-            edges.extend(
-                {"session_id": session_id, "parent_id": p.id, "child_id": artifact_id, "turn": turn} for p in parents
-            )
+            edges.extend(edge_row(session_id, p.id, artifact_id, turn) for p in parents)
             if outcome is not None and outcome.finish_reason is not None:
                 meta["finish_reason"] = outcome.finish_reason
         else:
             sources = [artifact_id]  # an observation is a source: forgetting it starts from here
         if index == len(blocks) - 1 and outcome is not None and outcome.chunks is not None:
             meta["chunks"] = {"at": outcome.chunks_at, "sizes": outcome.chunks}
-        end = offset + len(block.token_ids)
-        rows.append({
-            "id": artifact_id,
-            "tenant_id": tenant_id,
-            "session_id": session_id,
-            "position": position,
-            "kind": block.kind,
-            "turn": turn,
-            "content": block.content,
-            "token_start": offset,
-            "token_end": end,
-            "token_ids": list(block.token_ids),
-            "source_ids": sources,
-            "committed": committed,
-            "archived_by": None,
-            "meta": meta,
-        })
+        row = artifact_row(
+            id=artifact_id, tenant_id=tenant_id, session_id=session_id, position=position, kind=block.kind, turn=turn,
+            content=block.content, token_start=offset, token_ids=block.token_ids, source_ids=sources,
+            committed=committed, meta=meta,
+        )
+        rows.append(row)
         node = Node(artifact_id, block.kind, tuple(sources))
         if block.kind in MODEL_KINDS:
             prefix, added = [*prefix, *added, node], []
         else:
             added.append(node)
-        position, offset = position + 1, end
+        position, offset = position + 1, row["token_end"]
     before = [(e.id, e.token_start, e.token_end) for e in log]
     after = before + [(r["id"], r["token_start"], r["token_end"]) for r in rows]
     return TransitionRecords(rows, edges, [b.kind for b in blocks], before, after, offset)
+
+
+def artifact_row(
+    *,
+    id: str,
+    tenant_id: str,
+    session_id: str,
+    position: int,
+    kind: str,
+    turn: int,
+    content: str,
+    token_start: int,
+    token_ids: Sequence[int],
+    source_ids: Sequence[str],
+    committed: bool,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    """A row for `artifacts`: a live artifact spanning `token_ids` from `token_start` on."""
+    return {
+        "id": id,
+        "tenant_id": tenant_id,
+        "session_id": session_id,
+        "position": position,
+        "kind": kind,
+        "turn": turn,
+        "content": content,
+        "token_start": token_start,
+        "token_end": token_start + len(token_ids),
+        "token_ids": list(token_ids),
+        "source_ids": list(source_ids),
+        "committed": committed,
+        "archived_by": None,
+        "meta": meta,
+    }
+
+
+def edge_row(session_id: str, parent_id: str, child_id: str, turn: int) -> dict[str, Any]:
+    """A row for `provenance_edges`: `child_id`, produced at transition `turn`, depends on `parent_id`."""
+    return {"session_id": session_id, "parent_id": parent_id, "child_id": child_id, "turn": turn}
 
 
 def log_entries(rows: Sequence[dict[str, Any]]) -> list[LogEntry]:

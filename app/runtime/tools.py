@@ -28,31 +28,14 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from app.tool_calls import ToolCall, canonical
 
 ToolKind = Literal["read_only", "consequential"]
 
 _CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 MAX_CALLS = 8  # per reply; more are ignored (a small model can loop)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-    def to_json(self) -> str:
-        return json.dumps({"id": self.id, "name": self.name, "arguments": self.arguments}, sort_keys=True)
-
-    @property
-    def arguments_sha256(self) -> str:
-        return hashlib.sha256(canonical(self.arguments).encode()).hexdigest()
-
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def call_id(turn: int, index: int, name: str, arguments: Mapping[str, Any]) -> str:
@@ -91,11 +74,6 @@ def preamble(tools: Sequence[Mapping[str, Any]]) -> str:
 
 
 # -- the built-in environment ---------------------------------------------------------------------------------
-
-INITIAL_STATE: Final[dict[str, Any]] = {
-    "bank": {"balance": 1000.0, "currency": "EUR", "transfers": []},
-    "calendar": {"events": []},
-}
 
 BUILTINS: Final[dict[str, tuple[ToolKind, str, dict[str, Any]]]] = {
     "get_balance": ("read_only", "The account balance.", {"type": "object", "properties": {}}),

@@ -12,7 +12,8 @@ from app.forget.plan import closure, compute_cost, restore_point
 from app.forget.targets import Target, locate_in
 from app.runtime.checkpoints import manifest_sha256
 from app.runtime.tooling import ReplayTools, ToolContext, ToolStep, _answer
-from app.runtime.tools import INITIAL_STATE, ToolCall, call_id, execute_builtin, normalize, parse_calls
+from app.runtime.tools import call_id, execute_builtin, normalize, parse_calls
+from app.tool_calls import INITIAL_STATE, ToolCall
 
 
 def art(id: str, kind: str, turn: int, content: str = "", start: int = 0, end: int = 0) -> Any:

@@ -14,7 +14,7 @@ import pytest
 from app.api.deps import ContainerDep
 from app.openai_compat.endpoints import get_compat
 from app.openai_compat.service import CompatService
-from app.runtime.session import SessionService
+from app.sessions.service import SessionService
 from tests.openai_compat.conftest import sdk
 
 LiveServer = Any

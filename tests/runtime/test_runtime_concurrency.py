@@ -15,7 +15,7 @@ import pytest
 from app.api.deps import ContainerDep
 from app.api.routers.sessions import get_sessions
 from app.engine.protocol import CacheHandle
-from app.runtime.session import SessionService
+from app.sessions.service import SessionService
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
 from tests.support import BOOTSTRAP_KEY, problem

@@ -1,4 +1,4 @@
-"""Sessions: the stateful agent runtime. HTTP in and out; the transitions live in app/runtime/session.py."""
+"""Sessions: the stateful agent runtime. HTTP in and out; the service is app/sessions."""
 
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ from app.forget.requests import parse as parse_deletion_request
 from app.forget.service import JobView
 from app.forget.wiring import forget_service
 from app.runtime.blocks import Observation
-from app.runtime.session import ArtifactView, SessionConfig, SessionService, SessionView, TurnResult
 from app.runtime.tools import normalize as normalize_tools
+from app.sessions.service import SessionService
+from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 

@@ -185,12 +185,6 @@ async def first_entry(db: AsyncSession, tenant_id: str, session_id: str, source_
     return None if value is None else int(value)
 
 
-async def count_edges(db: AsyncSession, session_id: str) -> int:
-    stmt = select(func.count()).select_from(ProvenanceEdge).where(ProvenanceEdge.session_id == session_id)
-    return int((await db.execute(stmt)).scalar_one())
-
-
-
 async def find(db: AsyncSession, tenant_id: str, artifact_id: str) -> Artifact | None:
     """An artifact by id in any of the tenant's sessions (a forget target names only the artifact)."""
     stmt = select(Artifact).where(Artifact.id == artifact_id, Artifact.tenant_id == tenant_id)

@@ -34,11 +34,6 @@ async def get(db: AsyncSession, tenant_id: str, job_id: str, *, for_update: bool
     return (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
 
 
-async def by_idempotency_key(db: AsyncSession, tenant_id: str, key: str) -> ForgetJob | None:
-    stmt = select(ForgetJob).where(ForgetJob.tenant_id == tenant_id, ForgetJob.idempotency_key == key)
-    return (await db.execute(stmt)).scalar_one_or_none()
-
-
 async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: str) -> ForgetJob | None:
     """The latest succeeded job that forgot `artifact_id` (a repeated forget of a gone artifact answers it)."""
     stmt = (

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Checkpoint, EnvSnapshot, ToolExecution
 from app.ids import new_id
-from app.runtime.tools import INITIAL_STATE, ToolCall
+from app.tool_calls import INITIAL_STATE, ToolCall
 
 
 async def environment(

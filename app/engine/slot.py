@@ -1,0 +1,32 @@
+"""The slot that holds the app's engine while it loads and after."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from app.engine.protocol import KVEngine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineSlot:
+    """The engine loads in the background so liveness answers at once; readiness waits for it."""
+
+    engine: KVEngine
+    task: asyncio.Task[None] | None = None
+    error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.error is None and self.engine.ready
+
+    async def load(self) -> None:
+        try:
+            await self.engine.start()
+            log.info("engine ready", extra={"engine": self.engine.name, "model": self.engine.model_id})
+        except Exception as exc:  # reported by /readyz; the process keeps serving liveness and metrics
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("engine failed to start")

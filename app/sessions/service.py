@@ -1,0 +1,215 @@
+"""The session service: the one facade the routers, the OpenAI-compatible layer and the forget service use.
+
+It creates, reads, lists and deletes sessions and answers artifact queries itself; transitions (turns, compactions)
+are turns.py, the session lock is locking.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import pagination
+from app.db.models import AgentSession
+from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
+from app.embeddings import Embedder
+from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
+from app.engine.slot import EngineSlot
+from app.errors import NotFound, NotReady
+from app.ids import new_id
+from app.memory.service import injectable_in
+from app.provenance import graph
+from app.runtime import checkpoints
+from app.runtime.blocks import Block, Observation, memory_observation, render
+from app.runtime.handles import HandleRegistry
+from app.runtime.records import records_for
+from app.runtime.tools import preamble as tool_preamble
+from app.sessions.locking import DEFAULT_LOCK_TIMEOUT_S, SessionLocks, require
+from app.sessions.policies import policy_of
+from app.sessions.turns import Transitions
+from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
+from app.sessions.writes import checkpoint_rows
+from app.tool_calls import ToolCall
+
+MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
+
+
+class SessionService:
+    def __init__(
+        self,
+        db: Database,
+        engine: EngineSlot,
+        handles: HandleRegistry,
+        *,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        embedder: Embedder | None = None,
+    ) -> None:
+        self.db = db
+        self.slot = engine
+        self.handles = handles
+        self.locks = SessionLocks(db, handles, lock_timeout_s)
+        # Pass the process's shared embedder: a new one loads the model again (only retrieval sessions use it).
+        self.transitions = Transitions(self.locks, handles, embedder or Embedder())
+
+    def chat(self) -> ChatTemplate:
+        """The engine's chat template (503 while the model loads)."""
+        return self._engine().chat
+
+    def _engine(self) -> KVEngine:
+        if not self.slot.ready:
+            raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
+        return self.slot.engine
+
+    # -- sessions -----------------------------------------------------------------------------------------------
+
+    async def create(self, tenant_id: str, config: SessionConfig) -> SessionView:
+        blocks: list[Block] = []
+        if config.system_prompt is not None:
+            blocks.append(render(self._engine().chat, Observation("system", config.system_prompt)))
+        if config.tools:
+            blocks.append(render(self._engine().chat, Observation("instruction", tool_preamble(config.tools))))
+        session_id = new_id("ses")
+        async with self.db.transaction() as tx:
+            if config.memory_namespace is not None:
+                # Read in this transaction: a concurrent forget of a record either waits for this session (and its
+                # cascade then replays it) or lands first (and the record is not injected).
+                records = await injectable_in(tx, tenant_id, config.memory_namespace, limit=MAX_INJECTED)
+                chat = self._engine().chat
+                blocks.extend(
+                    render(chat, memory_observation(config.memory_namespace, r.key, r.version, r.value))
+                    for r in records
+                )
+            row = await sessions_repo.create(
+                tx,
+                id=session_id,
+                tenant_id=tenant_id,
+                epoch=0,
+                status="idle",
+                system_prompt=config.system_prompt,
+                memory_namespace=config.memory_namespace,
+                context_policy=config.context_policy,
+                checkpoint_policy=config.checkpoint_policy,
+                retrieval=config.retrieval,
+                tools=config.tools,
+                sampling=config.sampling,
+                compaction=config.compaction,
+                turns=0,
+                token_count=sum(len(b.token_ids) for b in blocks),
+            )
+            start = records_for(tenant_id, session_id, 0, [], blocks, None, policy_of(row).context)
+            await artifacts_repo.insert_artifacts(tx, start.artifacts)
+            marks = checkpoints.at_session_start(row.checkpoint_policy, start.manifest_after)
+            await sessions_repo.add_checkpoints(tx, session_id, checkpoint_rows(marks))
+        return SessionView(row, "idle")
+
+    async def get(self, tenant_id: str, session_id: str) -> SessionView:
+        async with self.db.transaction() as tx:
+            row = await require(tx, tenant_id, session_id)
+            status = row.status
+            if status == "idle" and await sessions_repo.is_locked(tx, tenant_id, session_id):
+                status = "running"
+            return SessionView(row, status, await _pending(tx, row))
+
+    async def page(
+        self, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, context_policy: str | None
+    ) -> tuple[list[SessionView], str | None]:
+        """A page of the tenant's sessions, newest first, with the status and pending calls `get` reports."""
+        after = None if cursor is None else pagination.decode(cursor)
+        async with self.db.transaction() as tx:
+            rows = await sessions_repo.page(
+                tx, tenant_id, after=after, limit=limit + 1, status=status, context_policy=context_policy
+            )
+            page = rows[:limit]
+            locked = await sessions_repo.locked_ids(tx, tenant_id, [r.id for r in page if r.status == "idle"])
+            views = [
+                SessionView(row, "running" if row.id in locked else row.status, await _pending(tx, row))
+                for row in page
+            ]
+        positions = [pagination.Position(r.created_at, r.id) for r in rows]
+        return views, pagination.next_cursor(positions, limit)
+
+    async def delete(self, tenant_id: str, session_id: str) -> None:
+        # Under the session's lock: it waits out a turn in flight rather than racing it.
+        async with self.locks.held(tenant_id, session_id) as (tx, _):
+            await sessions_repo.delete_session(tx, tenant_id, session_id)
+        handle = self.handles.pop(session_id)
+        if handle is not None and self.slot.ready:
+            await self.slot.engine.release(handle)
+
+    @asynccontextmanager
+    async def exclusive(
+        self, tenant_id: str, session_id: str, timeout_s: float
+    ) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
+        """The session to oneself, as a turn has it: the row locked in a transaction that commits on exit. A forget
+        runs its whole rebuild inside, so a turn that arrives meanwhile waits and then applies to the new state."""
+        async with self.locks.held(tenant_id, session_id, timeout_s) as held:
+            yield held
+
+    # -- transitions --------------------------------------------------------------------------------------------
+
+    async def turn(
+        self,
+        tenant_id: str,
+        session_id: str,
+        observations: Sequence[Observation],
+        generate: bool = True,
+        on_tokens: TokenSink | None = None,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+        expect_turns: int | None = None,
+        reply_id: str | None = None,
+    ) -> TurnResult:
+        """One transition. `on_tokens` receives the reply's tokens as they are sampled (SSE streaming).
+
+        `sampling` overrides the session's sampling for this transition only (stored with the session under
+        `per_turn`, so a forget replays it the same way); `expect_turns` makes the transition conditional on the
+        session's transition count (StaleHead otherwise: another client moved the session on); `reply_id` is the id
+        the reply's artifact takes (a stream announces it before the reply exists)."""
+        empty = not observations and not generate
+        # An empty transition is bookkeeping only (what a forget leaves where an observation held only the target):
+        # it needs no engine, so it works while the model loads.
+        engine = None if empty else self._engine()
+        return await self.transitions.turn(
+            engine, tenant_id, session_id, observations, generate, on_tokens,
+            sampling=sampling, expect_turns=expect_turns, reply_id=reply_id,
+        )
+
+    async def compact(
+        self, tenant_id: str, session_id: str, *, keep_last_turns: int, write_back: bool
+    ) -> tuple[SessionView, str]:
+        """A compaction transition (runtime/compaction.py); with `write_back`, the summary is also written into the
+        session's memory namespace as `summary.<session id>` with source `summarizer` and the summary's provenance,
+        in the same transaction. Returns the session and the summary artifact's id."""
+        row, summary_id = await self.transitions.compact(
+            self._engine(), tenant_id, session_id, keep_last_turns=keep_last_turns, write_back=write_back
+        )
+        return SessionView(row, "idle"), summary_id
+
+    # -- artifacts ----------------------------------------------------------------------------------------------
+
+    async def artifacts(self, tenant_id: str, session_id: str) -> list[ArtifactView]:
+        async with self.db.transaction() as tx:
+            await require(tx, tenant_id, session_id)
+            rows = await artifacts_repo.list_live(tx, tenant_id, session_id)
+            parents = await artifacts_repo.parents_of(tx, session_id)
+        return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+
+    async def descendants(self, tenant_id: str, session_id: str, artifact_id: str) -> list[ArtifactView]:
+        async with self.db.transaction() as tx:
+            await require(tx, tenant_id, session_id)
+            if await artifacts_repo.get(tx, tenant_id, session_id, artifact_id) is None:
+                raise NotFound(f"no artifact {artifact_id!r} in session {session_id!r}")
+            rows = await graph.taint_closure(tx, tenant_id, session_id, artifact_id)
+            parents = await artifacts_repo.parents_of(tx, session_id, [a.id for a in rows])
+        return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+
+
+async def _pending(tx: AsyncSession, row: AgentSession) -> list[ToolCall]:
+    """The session's tool calls still waiting for a client's tool_result."""
+    calls = await artifacts_repo.pending_calls(tx, row.id) if row.tools else []
+    return [c for a in calls for c in parse_calls_json(a.content)]
