@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -168,21 +169,22 @@ def eval_(
     seed: Annotated[int | None, typer.Option(help="Seed of the episodes and sessions.")] = None,
 ) -> None:
     """Run the paper's forgetting audits and benchmarks against Lethe over HTTP; write a markdown report."""
-    # The harness is not part of the installed package: it lives in the checkout beside app/ (bench/eval).
-    checkout = str(Path(__file__).resolve().parents[1])
-    if checkout not in sys.path:
-        sys.path.insert(0, checkout)
-    try:
-        from bench.eval.cli import run_profile
-    except ImportError as exc:  # the harness lives in the source tree and needs the `eval` extra
-        typer.echo(f"lethe eval needs the source checkout and `pip install -e '.[eval]'`: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+    # The harness is not part of the installed package: it lives in the checkout beside app/ (bench/eval). It runs
+    # there as a program of its own, so this package never imports it (nor puts the checkout on its own path).
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / "bench" / "eval").is_dir():
+        typer.echo("lethe eval needs the source checkout (bench/eval beside app/) and `pip install -e '.[eval]'`",
+                   err=True)
+        raise typer.Exit(code=2)
     if sum((smoke, quick, full)) > 1:
         typer.echo("choose one of --smoke, --quick, --full", err=True)
         raise typer.Exit(code=2)
-    name = "smoke" if smoke else "full" if full else "quick"
-    report = run_profile(name, out=out, url=url, api_key=api_key, engine=engine, seed=seed)
-    typer.echo(f"report: {report}")
+    args = ["--profile", "smoke" if smoke else "full" if full else "quick", "--engine", engine]
+    for option, value in (("--url", url), ("--api-key", api_key), ("--out", out and out.resolve()), ("--seed", seed)):
+        if value is not None:
+            args += [option, str(value)]
+    harness = subprocess.run([sys.executable, "-m", "bench.eval", *args], cwd=checkout, check=False)
+    raise typer.Exit(code=harness.returncode)
 
 
 def main() -> None:

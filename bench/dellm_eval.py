@@ -236,7 +236,7 @@ def main() -> None:
     outcomes: list[Outcome] = []
     started = time.monotonic()
     with serve(args.engine, 600) as server, httpx.Client(
-        base_url=server.base, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=600
+        base_url=server.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=600
     ) as client:
         for record in records:
             for system in chosen:

@@ -35,13 +35,9 @@ import contextlib
 import json
 import os
 import platform
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -50,9 +46,10 @@ from typing import Any
 
 import httpx
 
+from bench.serve import LetheServer, serving
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-LETHE = str(ROOT / ".venv" / "bin" / "lethe")
 API_KEY = "bench-key-" + "0" * 24
 SYSTEM = "You are a helpful personal assistant. Answer briefly."
 TARGET = "A private note for you: my locker code is 4471-ZQ and my cat is called Brindlewick."
@@ -74,101 +71,28 @@ class JobFailed(RuntimeError):
     """A forget job the server ran and failed: deterministic, so a fresh server would fail it again."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    engine: str
-    base: str
-    data: Path
-    env: dict[str, str]
-    log: Path
-    started_s: float
-
-    def tenant_key(self, name: str) -> str:
-        """A tenant of its own and its API key, through the CLI on the shared database."""
-        done = subprocess.run(
-            [LETHE, "tenant", "create", name], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"lethe tenant create {name} failed: {done.stderr.strip()[-500:]}")
-        return done.stdout.strip().splitlines()[-1]
+def tenant_key(server: LetheServer, name: str) -> str:
+    """A tenant of its own and its API key, through the CLI on the server's database."""
+    done = server.cli("tenant", "create", name, timeout_s=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"lethe tenant create {name} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 @contextlib.contextmanager
-def serve(engine: str, ready_s: float) -> Iterator[Server]:
-    """`lethe serve` on `engine` in its own process group on a free port; stops it (and its database) on exit."""
-    data = Path(tempfile.mkdtemp(prefix=f"lethe-forget-bench-{engine}-"))
-    port = free_port()
-    env = {
-        **os.environ,
-        "LETHE_DATA_DIR": str(data),
-        "LETHE_HOST": "127.0.0.1",
-        "LETHE_PORT": str(port),
-        "LETHE_ENGINE": engine,
-        "LETHE_BOOTSTRAP_API_KEY": API_KEY,
-        "LETHE_MODEL_CACHE_DIR": str(ROOT / ".lethe" / "models"),
-        "LETHE_LOG_LEVEL": "WARNING",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_LOGGING_LEVEL": "WARNING",
-    }
-    log_path = data / "server.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed in finally, after the process is gone
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [LETHE, "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = start + ready_s
-        while True:
-            if proc.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-1500:]
-                raise RuntimeError(f"lethe serve ({engine}) exited with {proc.returncode}: {tail}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"lethe serve ({engine}) not ready after {ready_s:.0f}s")
-            time.sleep(0.5)  # a separate process coming up: nothing to wait on but the clock
+def serve(engine: str, ready_s: float) -> Iterator[LetheServer]:
+    """`lethe serve` on `engine` (bench.serve: a temporary data directory, stopped and removed on exit); a failure
+    while it serves is reported with the server's state and the end of its log."""
+    with serving(ready_s=ready_s, LETHE_ENGINE=engine, LETHE_BOOTSTRAP_API_KEY=API_KEY) as server:
         try:
-            yield Server(engine, base, data, env, log_path, time.monotonic() - start)
+            yield server
         except JobFailed:
             raise
         except (httpx.HTTPError, RuntimeError) as exc:
-            state = "running" if proc.poll() is None else f"exited with {proc.returncode}"
-            tail = log_path.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"{type(exc).__name__}: {exc} (lethe serve {state}; its log ends: {tail})") from exc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        log.close()
-        stop_postgres(data / "pg")
-        shutil.rmtree(data, ignore_errors=True)
-
-
-def stop_postgres(pgdata: Path) -> None:
-    """pgserver stops its server with the last process using it; should one outlive `lethe serve`, stop it here."""
-    pid_file = pgdata / "postmaster.pid"
-    if not pid_file.exists():
-        return
-    with contextlib.suppress(ValueError, IndexError, ProcessLookupError, PermissionError):
-        pid = int(pid_file.read_text().splitlines()[0])
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.kill(pid, 0)  # raises ProcessLookupError once it is gone
-            time.sleep(0.1)
+            state = "running" if server.proc.poll() is None else f"exited with {server.proc.returncode}"
+            raise RuntimeError(
+                f"{type(exc).__name__}: {exc} (lethe serve {state}; its log ends: {server.log_tail(1500)})"
+            ) from exc
 
 
 def script(tau: int, turns: int) -> list[str]:
@@ -312,14 +236,14 @@ def run_engine(
         todo = [(i, tau) for i, tau in enumerate(taus) if tau not in done]
         try:
             with serve(engine, ready_s) as server:
-                out.startup_s = out.startup_s or server.started_s
-                print(f"[{engine}] server {attempt + 1} ready after {server.started_s:.1f}s", flush=True)
-                keys = {m: server.tenant_key(f"bench-{m}") for m in METHODS}
+                out.startup_s = out.startup_s or server.startup_s
+                print(f"[{engine}] server {attempt + 1} ready after {server.startup_s:.1f}s", flush=True)
+                keys = {m: tenant_key(server, f"bench-{m}") for m in METHODS}
                 warm_up(server, sampling)
                 with contextlib.ExitStack() as stack:
                     clients = {
                         m: stack.enter_context(
-                            httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {k}"}, timeout=600)
+                            httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {k}"}, timeout=600)
                         )
                         for m, k in keys.items()
                     }
@@ -353,11 +277,11 @@ def run_engine(
     return out
 
 
-def warm_up(server: Server, sampling: dict[str, Any]) -> None:
+def warm_up(server: LetheServer, sampling: dict[str, Any]) -> None:
     """One throwaway forget per method on a short session, in a tenant of its own (so nothing of it is in the
     measured tenants' vLLM cache): the first job of a process pays one-off costs that belong to no tau."""
     with httpx.Client(
-        base_url=server.base, headers={"Authorization": f"Bearer {server.tenant_key('bench-warmup')}"}, timeout=600
+        base_url=server.url, headers={"Authorization": f"Bearer {tenant_key(server, 'bench-warmup')}"}, timeout=600
     ) as client:
         for m in METHODS:
             _, target = build_session(client, script(2, 4), sampling)

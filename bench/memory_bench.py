@@ -2,7 +2,7 @@
 
     python -m bench.memory_bench [--clients 32] [--processes 4] [--duration 30] [--keys 256] [--no-pgbench]
 
-Starts `.venv/bin/lethe serve` itself (embedded PostgreSQL in a temp dir, the converted model from .lethe/models),
+Starts `lethe serve` itself (bench.serve: embedded PostgreSQL in a temp dir, the converted model from .lethe/models),
 drives it over HTTP for a fixed time, then prints throughput and p50/p99 latency per operation and how many writes
 were rejected as stale (412), those rejected by a tombstone among them. Any 5xx or transport error fails the run.
 
@@ -27,81 +27,24 @@ import os
 import random
 import re
 import resource
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import psutil
 
+from bench.serve import serving
+
 ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "bench-key-" + "0" * 24
 NAMESPACES = ["user-1", "user-2", "user-3", "user-4"]
 MIX = (("read", 0.6), ("write", 0.3), ("forget", 0.1))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve(ready_s: float = 300) -> Iterator[tuple[str, Path, psutil.Process]]:
-    """`lethe serve` in its own process group on a free port; yields its base URL, log and process; stops it."""
-    data = Path(tempfile.mkdtemp(prefix="lethe-bench-"))
-    port = free_port()
-    env = {
-        **os.environ,
-        "LETHE_DATA_DIR": str(data),
-        "LETHE_HOST": "127.0.0.1",
-        "LETHE_PORT": str(port),
-        "LETHE_BOOTSTRAP_API_KEY": API_KEY,
-        "LETHE_MODEL_CACHE_DIR": str(ROOT / ".lethe" / "models"),
-        "LETHE_LOG_LEVEL": "WARNING",  # one access line per request would cost the server more than the work
-        "HF_HUB_OFFLINE": "1",
-    }
-    log = open(data / "server.log", "w")  # noqa: SIM115 - closed in finally, after the process is gone
-    proc = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "lethe"), "serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + ready_s
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"lethe serve exited with {proc.returncode}; see {data / 'server.log'}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"lethe serve not ready after {ready_s:.0f}s")
-            time.sleep(0.5)  # waiting for a separate process to come up: nothing to wait on but the clock
-        yield base, data / "server.log", psutil.Process(proc.pid)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 @dataclass
@@ -308,9 +251,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=256, help="keys per namespace")
     parser.add_argument("--no-pgbench", action="store_true", help="skip PostgreSQL's own figure")
     args = parser.parse_args()
-    with serve() as (base, log, server):
-        data = log.parent
-        roots = [server, postmaster(data)]
+    with serving(LETHE_BOOTSTRAP_API_KEY=API_KEY) as lethe:
+        base, log, data = lethe.url, lethe.log, lethe.data_dir
+        roots = [psutil.Process(lethe.proc.pid), postmaster(data)]
         before = [cpu_by_pid(root) for root in roots]
         stats, generator_cpu = run(base, args.clients, max(1, args.processes), args.duration, args.keys)
         server_cpu, postgres_cpu = (cpu_used(root, b) for root, b in zip(roots, before, strict=True))

@@ -12,6 +12,8 @@ from typing import Any
 import asyncpg
 import httpx
 
+from bench.serve import LetheServer
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_CACHE = ROOT / ".lethe" / "models"
 BOOTSTRAP_KEY = "test-bootstrap-key-" + "0" * 24
@@ -51,16 +53,24 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
 
 # -- barriers: force a race instead of hoping for it --------------------------------------------------------------
 
-POLL_S = 0.02  # how often a barrier looks again; it waits for an event, never for a length of time
+POLL_S = 0.05  # how often a barrier looks again; it waits for an event, never for a length of time
 
 
-async def wait_for_lock_waiters(watcher: asyncpg.Connection, count: int, limit_s: float = 60) -> None:
-    """Until `count` backends are blocked on a lock: the only way to observe a request parked in the database."""
-    deadline = time.monotonic() + limit_s
-    query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-    while await watcher.fetchval(query) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} requests ever blocked on a held lock"
-        await asyncio.sleep(POLL_S)
+# Backends waiting, directly or queued behind another waiter, for a lock that backend $1 holds. A second waiter on a
+# row waits for the first one (which holds the row's tuple lock), not for the holder: hence the closure.
+_WAITING_BEHIND = """
+WITH RECURSIVE behind(pid) AS (
+    SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND $1 = ANY(pg_blocking_pids(pid))
+    UNION
+    SELECT a.pid FROM pg_stat_activity a JOIN behind b ON b.pid = ANY(pg_blocking_pids(a.pid))
+    WHERE a.wait_event_type = 'Lock'
+)
+SELECT count(*) AS n FROM behind
+"""
+_ACTIVITY = """
+SELECT pid, state, wait_event_type, wait_event, pg_blocking_pids(pid) AS blocked_by, left(query, 100) AS query
+FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
 
 
 class HeldLock:
@@ -76,6 +86,7 @@ class HeldLock:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._conn: asyncpg.Connection | None = None
+        self._watcher: asyncpg.Connection | None = None  # looks at pg_stat_activity while the lock is held
         self._tx: Any = None
         self.pid = self._call(self._take(query, *args))
 
@@ -88,28 +99,38 @@ class HeldLock:
         await self._tx.start()
         rows = await self._conn.fetch(query, *args)
         assert rows, f"the lock query matched no row: {query} {args}"
+        # One connection for every look: a connection per look would load the machine (and this process, where the
+        # suite's server runs) while the code under test is working its way to the lock.
+        self._watcher = await asyncpg.connect(self.database_url)
         return int(self._conn.get_server_pid())
 
     def blocked(self) -> int:
-        """How many backends wait for this lock now."""
-        query = "SELECT count(*) AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
-        rows = sql(self.database_url, query, self.pid)
-        return int(rows[0]["n"])
+        """How many backends wait for this lock now (wait_event_type 'Lock' in pg_stat_activity), those queued
+        behind another waiter included: each is a request provably parked in the database."""
+        assert self._watcher is not None, "the lock was released"
+        return int(self._call(self._watcher.fetchval(_WAITING_BEHIND, self.pid)))
 
-    def wait_blocked(self, count: int = 1, limit_s: float = 180) -> None:
+    def wait_blocked(self, count: int = 1, limit_s: float = 600) -> None:
+        """Until `count` backends wait behind this lock. It waits for that event, never for a length of time; from an
+        async test, run it in a thread (`asyncio.to_thread`) so the test's own requests go on being sent."""
         deadline = time.monotonic() + limit_s
         while self.blocked() < count:
-            assert time.monotonic() < deadline, f"fewer than {count} backends ever waited for the held lock"
+            if time.monotonic() > deadline:
+                assert self._watcher is not None
+                activity = self._call(self._watcher.fetch(_ACTIVITY))
+                raise AssertionError(f"fewer than {count} backends ever waited for the held lock: {activity}")
             time.sleep(POLL_S)
 
     def release(self) -> None:
         if self._conn is None:
             return
-        conn, self._conn = self._conn, None
+        conn, watcher, self._conn, self._watcher = self._conn, self._watcher, None, None
 
         async def close() -> None:
             await self._tx.rollback()
             await conn.close()
+            if watcher is not None:
+                await watcher.close()
 
         self._call(close())
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -121,6 +142,14 @@ class HeldLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def lethe_serve(database_url: str, data_dir: Path, **env: str) -> LetheServer:
+    """A second API process on the test database beside the suite's in-process server (call `wait_ready()`).
+
+    Its requests queue for a session in the database, not in the suite server's process: a turn it serves while
+    the other process holds the session is a lock waiter in pg_stat_activity."""
+    return LetheServer(data_dir, None, LETHE_DATABASE_URL=database_url, LETHE_BOOTSTRAP_API_KEY=BOOTSTRAP_KEY, **env)
 
 
 def in_flight(client: httpx.Client) -> int:

@@ -1,5 +1,5 @@
 """Where the harness finds Lethe: a `lethe serve` of its own (embedded PostgreSQL in a temporary directory, the
-converted model from .lethe/models; the way tests/processes.py and bench/forget_bench.py start one), or an already
+converted model from .lethe/models; bench.serve, the way the tests and the benches start one), or an already
 running deployment given by `--url` and `--api-key` (any engine: the harness only speaks HTTP)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from bench.forget_bench import API_KEY, serve
+from bench.forget_bench import API_KEY
+from bench.serve import serving
 
 
 @dataclass(frozen=True)
@@ -31,5 +32,5 @@ def service(url: str | None, api_key: str | None, engine: str, ready_s: float = 
             raise RuntimeError(f"{url}/readyz answered {r.status_code}: {r.text[:300]}")
         yield Service(url.rstrip("/"), api_key, "external", 0.0)
         return
-    with serve(engine, ready_s) as server:
-        yield Service(server.base, API_KEY, engine, server.started_s)
+    with serving(ready_s=ready_s, LETHE_ENGINE=engine, LETHE_BOOTSTRAP_API_KEY=API_KEY) as server:
+        yield Service(server.url, API_KEY, engine, server.startup_s)

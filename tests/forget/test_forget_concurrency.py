@@ -10,14 +10,12 @@ from typing import Any
 import httpx
 
 from app.db.embedded import start_embedded_postgres
+from bench.serve import LetheServer
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, user, wait_job
-from tests.processes import ServeProcess
-from tests.support import BOOTSTRAP_KEY, HeldLock, sql, wait_in_flight
+from tests.support import BOOTSTRAP_KEY, HeldLock, lethe_serve, sql
 
-SLOW = {"temperature": 0, "max_tokens": 32, "seed": 5}
+SAMPLING = {"temperature": 0, "max_tokens": 8, "seed": 5}  # short replies: the barriers, not slowness, force the races
 SECRET = "passport X1234567"
-
-
 
 SCRIPT = [
     [user(f"My passport number is {SECRET}.")],
@@ -34,41 +32,54 @@ def parked_at_its_swap(database_url: str, artifact_id: str) -> HeldLock:
     return HeldLock(database_url, "SELECT 1 FROM artifacts WHERE id = $1 FOR SHARE", artifact_id)
 
 
-def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(client: httpx.Client, database_url: str) -> None:
-    session_id, ids = run_script(client, SCRIPT, SLOW)
+def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(
+    client: httpx.Client, database_url: str, tmp_path: Path
+) -> None:
+    """The late turn goes to the API process that is not running the forget, so it queues for the session in
+    PostgreSQL (within one process it would queue in that process first) and is seen waiting for the forget."""
+    session_id, ids = run_script(client, SCRIPT, SAMPLING)
+    other = lethe_serve(database_url, tmp_path)
     answers: dict[str, Any] = {}
+    try:
+        other.wait_ready()
+        with parked_at_its_swap(database_url, ids[0][0]) as swap:
+            job = forget(client, {"artifact_id": ids[0][0]})
+            swap.wait_blocked(1)  # the forget holds the session and has replayed; its swap waits for the test
+            owner = sql(database_url, "SELECT lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]
+            late_url = str(client.base_url) if f":{other.proc.pid}:" in owner["lease_owner"] else other.url
 
-    def late_turn() -> None:
-        answers["turn"] = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [user("Thanks, bye!")]})
+            def late_turn() -> None:
+                with httpx.Client(base_url=late_url, headers=client.headers, timeout=240) as late:
+                    answers["turn"] = late.post(f"/v1/sessions/{session_id}/turns",
+                                                json={"inputs": [user("Thanks, bye!")]})
 
-    thread = threading.Thread(target=late_turn)
-    with parked_at_its_swap(database_url, ids[0][0]) as swap:
-        job = forget(client, {"artifact_id": ids[0][0]})
-        swap.wait_blocked()  # the forget holds the session and has replayed; its swap waits for the test
-        thread.start()
-        wait_in_flight(client, 1)  # the late turn is inside the server while the forget holds the session
-    done = wait_job(client, job["id"])
-    thread.join(timeout=240)
+            thread = threading.Thread(target=late_turn)
+            thread.start()
+            swap.wait_blocked(2)  # the late turn waits for the session row the parked forget holds
+        done = wait_job(client, job["id"])
+        thread.join(timeout=240)
+    finally:
+        other.stop()
     assert done["status"] == "succeeded", done
     response = answers["turn"]
     assert response.status_code == 200, response.text
     assert (response.json()["turn"], response.json()["epoch"]) == (5, 1)  # after the forget's swap, not before it
 
-    reference_id, _ = run_script(client, [*COUNTERFACTUAL, [user("Thanks, bye!")]], SLOW)
+    reference_id, _ = run_script(client, [*COUNTERFACTUAL, [user("Thanks, bye!")]], SAMPLING)
     after = artifacts(client, session_id)
     assert shape(after) == shape(artifacts(client, reference_id))
     assert not [a for a in after if SECRET in a["content"]]
 
 
 def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
-    session_id, ids = run_script(client, SCRIPT, SLOW)
+    session_id, ids = run_script(client, SCRIPT, SAMPLING)
     first = forget(client, {"artifact_id": ids[0][0]})
     second = forget(client, {"artifact_id": ids[2][0]})
     assert wait_job(client, first["id"])["status"] == "succeeded"
     done = wait_job(client, second["id"])
     assert done["status"] == "succeeded", done
     assert done["sessions"][0]["epoch_before"] == 1 and done["sessions"][0]["epoch_after"] == 2
-    reference_id, _ = run_script(client, [[], SCRIPT[1], [], SCRIPT[3]], SLOW)
+    reference_id, _ = run_script(client, [[], SCRIPT[1], [], SCRIPT[3]], SAMPLING)
     after = artifacts(client, session_id)
     assert shape(after) == shape(artifacts(client, reference_id))
     assert_tiles(after)
@@ -80,12 +91,15 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
     run a forget worker on the same queue and could be the one to claim the job, which the test cannot kill."""
     database_url = start_embedded_postgres(tmp_path / "own-db")
     headers = {"Authorization": f"Bearer {BOOTSTRAP_KEY}"}
-    first = ServeProcess(database_url, tmp_path)
-    second: ServeProcess | None = None
+    # The only worker on its database, so no other takes the job over while it runs; a short lease lets the
+    # restarted one take it over within seconds of the crash.
+    lease = {"LETHE_FORGET_LEASE_S": "2", "LETHE_FORGET_POLL_S": "0.2"}
+    first = lethe_serve(database_url, tmp_path, **lease)
+    second: LetheServer | None = None
     try:
         first.wait_ready()
         with httpx.Client(base_url=first.url, headers=headers, timeout=120) as crashing:
-            session_id, ids = run_script(crashing, SCRIPT, SLOW)
+            session_id, ids = run_script(crashing, SCRIPT, SAMPLING)
             with parked_at_its_swap(database_url, ids[0][0]) as swap:
                 job = forget(crashing, {"artifact_id": ids[0][0]})
                 swap.wait_blocked()  # replayed, not committed: the process dies inside the forget's transaction
@@ -98,7 +112,7 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
         holding = "SELECT count(*) AS n FROM artifacts WHERE session_id = $1 AND strpos(content, $2) > 0"
         assert sql(database_url, holding, session_id, SECRET)[0]["n"] > 0
         # Restarted, the new process takes the job over once the dead one's lease expires.
-        second = ServeProcess(database_url, tmp_path)
+        second = lethe_serve(database_url, tmp_path, **lease)
         second.wait_ready()
         with httpx.Client(base_url=second.url, headers=headers, timeout=120) as survivor:
             done = wait_job(survivor, job["id"])
@@ -106,7 +120,7 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
             attempts = sql(database_url, "SELECT attempts FROM forget_jobs WHERE id = $1", job["id"])[0]["attempts"]
             assert attempts == 2
             after = artifacts(survivor, session_id)
-            reference_id, _ = run_script(survivor, COUNTERFACTUAL, SLOW)
+            reference_id, _ = run_script(survivor, COUNTERFACTUAL, SAMPLING)
             assert shape(after) == shape(artifacts(survivor, reference_id))
             assert_tiles(after)
             assert survivor.get(f"/v1/sessions/{session_id}").json()["epoch"] == 1

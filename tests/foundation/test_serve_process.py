@@ -7,7 +7,6 @@ the embedded PostgreSQL they started is not signalled by anyone else: they must 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -19,81 +18,31 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import MODEL_CACHE, free_port
+from bench.serve import LETHE, ROOT, LetheServer, serve_env
 
-ROOT = Path(__file__).resolve().parents[2]
-LETHE = [sys.executable, "-m", "app"] if not (ROOT / ".venv/bin/lethe").exists() else [str(ROOT / ".venv/bin/lethe")]
 KEY = "proc-key-" + "7" * 30
 SECRET = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtMTIzNDU2"
+ENV = {"LETHE_BOOTSTRAP_API_KEY": KEY, "LETHE_BOOTSTRAP_WEBHOOK_SECRET": SECRET, "LETHE_LOG_LEVEL": "DEBUG"}
 
 
-def _env(data_dir: Path, port: int | None = None, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, **extra)
-    if port is not None:
-        env["LETHE_PORT"] = str(port)
-    env.update({
-        "LETHE_DATA_DIR": str(data_dir), "LETHE_HOST": "127.0.0.1",
-        "LETHE_BOOTSTRAP_API_KEY": KEY, "LETHE_BOOTSTRAP_WEBHOOK_SECRET": SECRET,
-        "LETHE_MODEL_CACHE_DIR": str(MODEL_CACHE), "LETHE_LOG_LEVEL": "DEBUG",
-    })
-    env.pop("LETHE_DATABASE_URL", None)
-    return env
-
-
-class Proc:
-    def __init__(self, data_dir: Path, log: Path, **env: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(
-            [*LETHE, "serve"], cwd=ROOT, env=_env(data_dir, self.port, **env), stdout=self._out,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-
-    def wait_ready(self, timeout: float = 300) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < timeout:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return time.monotonic() - start
-            time.sleep(0.25)  # polling a separate process for readiness
-        raise AssertionError("not ready: " + self.log.read_text()[-3000:])
-
-    def stop(self) -> int:
-        """`kill <pid>`; the exit status. A process still alive after 60 s fails the test (and is killed)."""
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            raise AssertionError("lethe serve did not stop within 60 s of SIGTERM") from None
-        finally:
-            self._out.close()
-
-    def crash(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._out.close()
+def start(data_dir: Path, log: Path, **env: str) -> LetheServer:
+    return LetheServer(data_dir, log, **ENV, **env)
 
 
 @contextlib.contextmanager
-def serving(data_dir: Path, log: Path) -> Iterator[Proc]:
-    proc = Proc(data_dir, log)
+def serving(data_dir: Path, log: Path) -> Iterator[LetheServer]:
+    server = start(data_dir, log)
     try:
-        proc.wait_ready()
-        yield proc
+        server.wait_ready()
+        yield server
     finally:
-        proc.stop()
+        server.stop()
 
 
 def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*LETHE, *args], cwd=ROOT, env=_env(data_dir), capture_output=True, text=True, timeout=300, check=False
+        [*LETHE, *args], cwd=ROOT, env=serve_env(data_dir, **ENV), capture_output=True, text=True, timeout=300,
+        check=False,
     )
 
 
@@ -124,6 +73,10 @@ def test_an_idle_connection_outlives_the_clients_own_pool_expiry(data_dir: Path,
         while b"\r\n\r\n" not in answer:
             answer += conn.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = int(next(line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))[15:])
+        while len(body) < length:  # the body may come in a segment of its own
+            body += conn.recv(65536)
         conn.settimeout(6.0)  # past httpx's keepalive_expiry and uvicorn's default keep-alive timeout (both 5 s)
         with pytest.raises(TimeoutError):
             assert conn.recv(65536) != b"", "the server closed the idle connection"
@@ -157,14 +110,14 @@ def test_tenant_cli_creates_a_working_hashed_key(data_dir: Path, tmp_path: Path)
             "    rows = await c.fetch('SELECT row_to_json(k)::text AS r FROM api_keys k')\n"
             "    print('\\n'.join(r['r'] for r in rows))\n"
             "asyncio.run(main())\n"
-        )], cwd=ROOT, env=_env(data_dir), capture_output=True, text=True, timeout=120, check=True,
+        )], cwd=ROOT, env=serve_env(data_dir, **ENV), capture_output=True, text=True, timeout=120, check=True,
     ).stdout
     assert dump.count("key_sha256") >= 2
     assert key not in dump and KEY not in dump
 
 
 def test_two_processes_share_one_database(data_dir: Path, tmp_path: Path) -> None:
-    first, second = Proc(data_dir, tmp_path / "one.log"), Proc(data_dir, tmp_path / "two.log")
+    first, second = start(data_dir, tmp_path / "one.log"), start(data_dir, tmp_path / "two.log")
     try:
         first.wait_ready()
         second.wait_ready()
@@ -182,7 +135,7 @@ def _postgres_running(data_dir: Path) -> bool:
 
 
 def test_sigterm_mid_generation_stops_at_once_and_leaves_nothing_running(data_dir: Path, tmp_path: Path) -> None:
-    proc = Proc(data_dir, tmp_path / "term.log", LETHE_SHUTDOWN_GRACE_S="1")
+    proc = start(data_dir, tmp_path / "term.log", LETHE_SHUTDOWN_GRACE_S="1")
     try:
         proc.wait_ready()
         headers = {"Authorization": f"Bearer {KEY}"}
@@ -206,16 +159,16 @@ def test_sigterm_mid_generation_stops_at_once_and_leaves_nothing_running(data_di
         stopped_in = time.monotonic() - started
     finally:
         if proc.proc.poll() is None:
-            proc.crash()
+            proc.kill()
     assert "event: turn" not in rest  # the reply was cut, not finished
     assert not _postgres_running(data_dir), proc.log.read_text()[-3000:]
     print(f"stopped {stopped_in:.1f} s after SIGTERM, mid-generation")
 
 
 def test_a_crashed_server_does_not_keep_postgres_up_forever(data_dir: Path, tmp_path: Path) -> None:
-    crashed = Proc(data_dir, tmp_path / "crashed.log")
+    crashed = start(data_dir, tmp_path / "crashed.log")
     crashed.wait_ready()
-    crashed.crash()  # SIGKILL: no exit handler ran, its pid stays in pgserver's list of holders
+    crashed.kill()  # SIGKILL: no exit handler ran, its pid stays in pgserver's list of holders
     assert _postgres_running(data_dir)
     with serving(data_dir, tmp_path / "next.log") as proc:  # a crash blocks no start
         assert httpx.get(proc.url + "/readyz").status_code == 200

@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 
 from tests.memory.memory_helpers import create
-from tests.processes import ServeProcess
-from tests.support import problem, wait_for_lock_waiters
+from tests.support import HeldLock, lethe_serve, problem
 
 
 async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
@@ -34,13 +32,10 @@ async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
         r = await c.put(path, json={"value": True, "source": "user"}, headers={"If-None-Match": "*"})
         read_by_summarizer = r.json()["version"]
 
-        holder, watcher = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
-        try:
-            lock = holder.transaction()
-            await lock.start()
-            await holder.execute("SELECT 1 FROM memory_records WHERE namespace = $1 FOR UPDATE", ns)
+        # The test holds the namespace's records; the forget queues first behind it, then the summarizer's batch.
+        with HeldLock(database_url, "SELECT 1 FROM memory_records WHERE namespace = $1 FOR UPDATE", ns) as held:
             forget = asyncio.create_task(c.delete(path))  # the user's correction: first in the lock queue
-            await wait_for_lock_waiters(watcher, 1)
+            await asyncio.to_thread(held.wait_blocked, 1)
             batch = asyncio.create_task(
                 c.post(
                     f"/v1/memory/{ns}:batch",
@@ -57,12 +52,8 @@ async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
                     },
                 )
             )
-            await wait_for_lock_waiters(watcher, 2)
-            await lock.commit()
-            forgot, flushed = await forget, await batch
-        finally:
-            await holder.close()
-            await watcher.close()
+            await asyncio.to_thread(held.wait_blocked, 2)
+        forgot, flushed = await forget, await batch
 
         assert forgot.status_code == 200 and forgot.json()["already_forgotten"] is False
         tombstone = forgot.json()["version"]
@@ -205,7 +196,7 @@ def test_randomized_across_two_api_processes(
 ) -> None:
     """The same check with half the clients on a second `lethe serve` process over the same database: the barrier
     is PostgreSQL's, not a process's."""
-    second = ServeProcess(database_url, tmp_path)
+    second = lethe_serve(database_url, tmp_path)
     try:
         second.wait_ready()
         _randomized(client, api_key, ns, [live_server.base_url, second.url])

@@ -13,9 +13,8 @@ import httpx
 
 from app.embeddings import Embedder
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
-from tests.processes import ServeProcess
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
-from tests.support import HeldLock, problem, sql, wait_in_flight
+from tests.support import HeldLock, lethe_serve, problem, sql, wait_in_flight
 
 PARIS = "I live in Paris."
 
@@ -209,7 +208,7 @@ def test_two_api_processes_share_a_retrieval_session(
 ) -> None:
     """Turns alternate between this server and a second `lethe serve` on the same database, and the plan made on
     one is confirmed on the other: the store and its provenance are the truth; neither process's cache is trusted."""
-    other = ServeProcess(database_url, tmp_path)
+    other = lethe_serve(database_url, tmp_path)
     try:
         other.wait_ready()
         with httpx.Client(base_url=other.url, headers=client.headers, timeout=120) as second:

@@ -1,0 +1,3 @@
+from bench.eval.cli import main
+
+main()
