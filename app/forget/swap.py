@@ -44,15 +44,15 @@ async def swap_in(
     """Write `change` in the session's transaction and return the session's receipt entry."""
     rows = found.live_rows  # the live state (archived originals are history)
     before = _digest(rows)
-    log_before = [t for r in sorted(rows, key=lambda r: r.position) for t in r.token_ids]  # read before any write
+    log_before = [t for r in sorted(rows, key=lambda r: r.position) for t in r.token_ids]
+    # Read before any write: the swap updates the session row, and with it this object.
+    entry = session_entry(
+        session, found.located, found.closure,
+        TokensOut(reused=0, prefilled=0, decoded=0, full_reset_estimate=full_reset_estimate(session.token_count, rows)),
+        epoch_after=session.epoch, state_before=before, state_after=before,
+    )
     if change is None:
-        tokens = TokensOut(
-            reused=0, prefilled=0, decoded=0, full_reset_estimate=full_reset_estimate(session.token_count, rows)
-        )
-        return session_entry(
-            session, found.located, found.closure, tokens, epoch_after=session.epoch, state_before=before,
-            state_after=before,
-        )
+        return entry
     epoch = session.epoch + 1
     checkpoint = None
     if isinstance(change, Rebuilt):
@@ -72,10 +72,10 @@ async def swap_in(
         reused=change.reused, prefilled=change.prefilled, decoded=change.decoded,
         full_reset_estimate=full_reset_estimate(after[-1].token_end if after else 0, after),
     )
-    return session_entry(
-        session, found.located, found.closure, tokens, transitions_replayed=change.transitions, checkpoint=checkpoint,
-        epoch_after=epoch, state_before=before, state_after=_digest(after),
-    )
+    return entry.model_copy(update={
+        "tokens": tokens, "transitions_replayed": change.transitions, "checkpoint": checkpoint, "epoch_after": epoch,
+        "state_sha256_after": _digest(after),
+    })
 
 
 def _writes(session: AgentSession, change: Rebuilt | Rewritten) -> NewSuffix | InPlace:
