@@ -5,7 +5,7 @@ from __future__ import annotations
 from app import pagination
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.session import Database
-from app.forget.service import JobView, view_of
+from app.forget.jobs import JobView, view_of
 
 
 async def page_jobs(

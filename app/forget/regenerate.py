@@ -17,28 +17,26 @@ runtime/retrieval.py, over the store as it now stands: without M, with the outpu
 A reply whose own turn held nothing but M is deleted (no question is left to answer), like the empty transition a
 full session's forget leaves. The result is a `Rewritten` change (deletions, in-place updates with spans re-tiled and
 sanitized observations re-embedded, inserted rows with their edges and embeddings) swapped in by the service in one
-commit.
+commit (executor.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from app.db.models import Artifact
 from app.db.repositories.artifacts import Neighbor
 from app.forget.replay import observation_of
 from app.forget.rewrite import Rewritten
+from app.forget.work import SessionWork
 from app.ids import new_id
 from app.runtime import retrieval
 from app.runtime.blocks import MODEL_KINDS, Block, render
 from app.runtime.context import Node, union_sources
 from app.runtime.salts import salt_of
 from app.runtime.transition import sampling_for
-
-if TYPE_CHECKING:  # strategies.py imports this module
-    from app.forget.strategies import SessionWork
 
 Mode = Literal["delete", "selective", "full"]
 
@@ -80,7 +78,7 @@ class _Regeneration:
         session = work.session
         self.edits = work.located.edits
         self.sources = set(work.located.sources)
-        self.dep = {t.artifact_id for t in work.closure}
+        self.closure = {entry.artifact_id for entry in work.closure}
         self.params = retrieval.Params.of(session.retrieval)
         preamble = [
             r for r in work.live_rows if r.turn == 0 and r.kind in retrieval.PREAMBLE_KINDS and r.id not in self.edits
@@ -97,9 +95,9 @@ class _Regeneration:
         for row in self.work.live_rows:
             if row.kind not in MODEL_KINDS:
                 await self._observation(row)
-            elif row.id in self.sources or (row.id in self.dep and not self._regenerates(row)):
+            elif row.id in self.sources or (row.id in self.closure and not self._regenerates(row)):
                 self._gone(row)  # M itself, or a dependent this mode deletes
-            elif row.id in self.dep or self.mode == "full" or await self._context_changed(row):
+            elif row.id in self.closure or self.mode == "full" or await self._context_changed(row):
                 await self._remake(row)
             else:
                 self._keep(_Final.kept(row))

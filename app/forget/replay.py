@@ -11,7 +11,7 @@ Given a session's artifacts, the located target and a restore point c (a checkpo
   did not touch keep their artifact ids; a transition whose observations held only the target becomes an empty
   transition that keeps its index.
 
-Nothing is written here: the caller swaps the result in, in one transaction (service.py).
+Nothing is written here: the caller swaps the result in, in one transaction (executor.py).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 from app.db.models import AgentSession, Artifact
 from app.db.repositories.artifacts import LogEntry
 from app.engine.protocol import CacheHandle, KVEngine
-from app.forget.plan import Restore
-from app.forget.targets import Located
+from app.forget.closure import Restore
+from app.forget.locate import Located
 from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow, compact, summary_room
 from app.runtime.handles import HandleRegistry
-from app.runtime.records import log_entries, records_for, stored_log
+from app.runtime.records import RUNTIME_META, log_entries, records_for, stored_log
 from app.runtime.salts import salt_of
 from app.runtime.tooling import ToolContext, advance_with_tools
 from app.runtime.tools import declared
@@ -38,7 +38,6 @@ from app.runtime.transition import Synced, Usage, check_room, sampling_for, sync
 from app.tool_calls import ToolCall
 
 # Meta keys the runtime adds for itself; the rest came with the observation and is rendered again with it.
-_RUNTIME_META = frozenset({"chunks", "finish_reason"})
 
 
 @dataclass
@@ -84,7 +83,7 @@ def entries_of(rows: Sequence[Artifact]) -> list[LogEntry]:
 
 
 def observation_of(row: Artifact, content: str) -> Observation:
-    meta = {k: str(v) for k, v in (row.meta or {}).items() if k not in _RUNTIME_META}
+    meta = {k: str(v) for k, v in (row.meta or {}).items() if k not in RUNTIME_META}
     return Observation(row.kind, content, meta)
 
 
@@ -131,12 +130,12 @@ async def replay(
             by_turn.setdefault(row.turn, []).append(row)
     out.transitions = session.turns - restore.turn
     live_calls = {_call_id(r) for r in kept if r.kind == "tool_call"}
-    injected: list[Observation] = []  # the client's answers to calls the counterfactual makes anew
+    provided: list[Observation] = []  # the client's answers to calls the counterfactual makes anew
     for turn in range(from_turn, session.turns + 1):
         originals = by_turn.get(turn, [])
         observed, keep_ids, edited = _sanitized(originals, located, live_calls, tools)
-        observed, keep_ids = [*injected, *observed], [*(None for _ in injected), *keep_ids]
-        injected = []
+        observed, keep_ids = [*provided, *observed], [*(None for _ in provided), *keep_ids]
+        provided = []
         had_reply = any(r.kind in MODEL_KINDS and r.kind != "tool_call" for r in originals)
         blocks = [render(chat, o) for o in observed]
         summary = next((r for r in originals if r.kind == "summary"), None)
@@ -188,7 +187,7 @@ async def replay(
                 live_calls.update(c.id for c in step.calls)
                 if tools is not None and step.env_changed:
                     out.environments.append((turn, copy.deepcopy(tools.env)))
-                injected = _answers_needed(session, turn, step.pending, tools)
+                provided = _answers_needed(session, turn, step.pending, tools)
                 records = records_for(
                     session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy,
                     keep_ids,

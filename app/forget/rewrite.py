@@ -48,9 +48,11 @@ async def rewrite(
     drop: set[str],
     edits: dict[str, str | None],
     redact: str | None = None,
+    holds_log: bool,
 ) -> Rewritten:
     """Delete `drop`, apply `edits` to observations, strip `redact` from every remaining artifact; re-tile and
-    re-prefill."""
+    re-prefill (only a cache that `holds_log`: a retrieval session's holds its preamble alone, runtime/retrieval.py,
+    so there is nothing to re-prefill and no recipe to keep)."""
     chat = engine.chat
     out = Rewritten(system_prompt=session.system_prompt)
     offset = 0
@@ -84,9 +86,6 @@ async def rewrite(
     out.token_count = offset
     if first_change is None:
         return out
-    # A retrieval session's cache holds only its preamble, never the store (runtime/retrieval.py): nothing to
-    # re-prefill, no recipe to keep.
-    holds_log = session.context_policy != "retrieval"
     boundary = _chunk_boundary(rows, first_change) if holds_log else first_change
     tokens = [t for k in kept for t in k["token_ids"]]
     for item in kept:

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from app.db.models import ForgetJob
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.session import Database
-from app.forget.service import ForgetService, LeaseLost, Retry
+from app.forget.executor import ForgetExecutor
+from app.forget.jobs import LeaseLost, Retry
 from app.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class ForgetWorker:
         self,
         db: Database,
         metrics: Metrics,
-        service: Callable[[], ForgetService],
+        executor: Callable[[], ForgetExecutor],
         *,
         lease_s: float = 30.0,
         poll_s: float = 1.0,
@@ -40,7 +41,7 @@ class ForgetWorker:
     ) -> None:
         self.db = db
         self.metrics = metrics
-        self.service = service
+        self.executor = executor
         self.lease_s = lease_s
         self.poll_s = poll_s
         self.ready = ready
@@ -77,10 +78,10 @@ class ForgetWorker:
     async def _run(self, job: ForgetJob) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(job.id), name=f"lease-{job.id}")
         try:
-            await self.service().execute(job, self.owner)
+            await self.executor().execute(job, self.owner)
         except Retry as why:
             if job.attempts >= MAX_ATTEMPTS:
-                await self.service().give_up(job, self.owner, f"gave up after {job.attempts} attempts: {why}")
+                await self.executor().give_up(job, self.owner, f"gave up after {job.attempts} attempts: {why}")
                 return
             log.info("forget job requeued", extra={"forget_id": job.id, "why": str(why)})
             async with self.db.transaction() as tx:

@@ -30,7 +30,7 @@ from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
 from app.engine.protocol import TokenSink
 from app.errors import Conflict, NotFound
-from app.forget.service import JobView, Submission
+from app.forget.jobs import JobView, Submission
 from app.forget.strategies import STRATEGIES
 from app.forget.wiring import forget_service, session_service
 from app.ids import has_prefix, new_id

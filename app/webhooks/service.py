@@ -30,16 +30,16 @@ from typing import Any
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
-from app.api.schemas.forget import DetectorWebhook
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.repositories import tenants as tenants_repo
 from app.db.session import Database
 from app.errors import InvalidRequest, Unauthorized
+from app.forget.locate import Target
 from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
-from app.forget.targets import Target
 from app.ids import plausible
 from app.text import storable
+from app.webhooks.schemas import DetectorWebhook
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from app.forget.plan import closure, compute_cost, restore_point
-from app.forget.targets import Target, locate_in
+from app.forget.closure import closure_of, restore_point
+from app.forget.cost import compute_cost
+from app.forget.locate import Target, locate_in
 from app.runtime.checkpoints import manifest_sha256
 from app.runtime.tooling import ReplayTools, ToolContext, ToolStep, _answer
 from app.runtime.tools import call_id, execute_builtin, normalize, parse_calls
@@ -44,7 +45,7 @@ def test_text_targets_sanitize_observations_only() -> None:
 
 def test_closure_trace_says_why() -> None:
     edges = [("u2", "a2"), ("d2", "a2"), ("a1", "a2"), ("a2", "a3")]
-    trace = closure(["d2"], edges, ROWS)
+    trace = closure_of(["d2"], edges, ROWS)
     assert [(t.artifact_id, t.why) for t in trace] == [
         ("d2", "target"), ("a2", "context held d2"), ("a3", "context held a2")
     ]

@@ -11,8 +11,9 @@ from app.api.openapi import link
 from app.api.params import ID_PATTERN, Cursor, ObjectId
 from app.api.problems import problem_doc
 from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
+from app.forget.jobs import JobView, Submission
 from app.forget.listing import page_jobs
-from app.forget.service import ForgetService, JobView, Submission
+from app.forget.service import ForgetService
 from app.forget.wiring import forget_service
 
 router = APIRouter(prefix="/v1/forget", tags=["forget"])

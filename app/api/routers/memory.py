@@ -28,7 +28,7 @@ from app.api.schemas.memory import (
     NamespaceList,
     NamespaceOut,
 )
-from app.forget.service import JobCascade
+from app.forget.cascade import JobCascade
 from app.memory.catalog import MemoryCatalog
 from app.memory.service import MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag

@@ -33,14 +33,11 @@ from app.api.schemas.sessions import (
     TurnOut,
     TurnRequest,
     UsageOut,
-    UserInput,
 )
 from app.api.sse import stream_turn
 from app.engine.protocol import TokenSink
 from app.errors import InvalidRequest
-from app.forget.requests import DeletionRequest
-from app.forget.requests import parse as parse_deletion_request
-from app.forget.service import JobView
+from app.forget.proposals import Proposal
 from app.forget.wiring import forget_service
 from app.runtime.blocks import Observation
 from app.runtime.tools import normalize as normalize_tools
@@ -258,11 +255,10 @@ async def post_turn(
     id: ObjectId, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep,
     http: Request,
 ) -> TurnOut | Response:
-    request = _deletion_request(body)
-    if request is not None:  # answered with a plan; never a transition, never stored
-        plan = await forget_service(container).propose(principal.tenant_id, id, request)
-        return _plan_out(await sessions.get(principal.tenant_id, id), plan)
     observations = [_observation(i) for i in body.inputs]
+    proposal = await forget_service(container).propose(principal.tenant_id, id, observations, generate=body.generate)
+    if proposal is not None:  # a deletion request: answered with a plan; never a transition, never stored
+        return _plan_out(await sessions.get(principal.tenant_id, id), proposal)
     if body.stream and body.generate:
         async def run(on_tokens: TokenSink) -> TurnOut:
             return _turn_out(await sessions.turn(principal.tenant_id, id, observations, True, on_tokens))
@@ -272,26 +268,12 @@ async def post_turn(
     return _turn_out(await until_disconnect(http, turn))
 
 
-def _deletion_request(body: TurnRequest) -> DeletionRequest | None:
-    """A turn that is one user message asking, in plain words, to forget something (app/forget/requests.py)."""
-    if not body.generate or len(body.inputs) != 1 or not isinstance(body.inputs[0], UserInput):
-        return None
-    return parse_deletion_request(body.inputs[0].content)
-
-
-def _plan_out(view: SessionView, plan: JobView | None) -> TurnOut:
-    if plan is None:
-        text = "Nothing in this conversation matches that, so there is nothing to forget."
-    else:
-        entry = plan.sessions[0]
-        matched = sum(1 for t in entry["trace"] if t["why"] == "target")
-        derived = len(entry["trace"]) - matched
-        text = (
-            f"I can forget {matched} message(s) and {derived} artifact(s) derived from them. Nothing is deleted yet: "
-            f'confirm with POST /v1/forget {{"plan_id": "{plan.id}"}}.'
-        )
+def _plan_out(view: SessionView, proposal: Proposal) -> TurnOut:
+    """A deletion request's answer (app/forget/proposals.py): the plan and its reply, in a turn that ran nothing."""
+    plan = proposal.plan
     return TurnOut(
-        turn=view.row.turns, epoch=view.row.epoch, inputs=[], reply=ReplyOut(artifact_id=None, content=text),
+        turn=view.row.turns, epoch=view.row.epoch, inputs=[],
+        reply=ReplyOut(artifact_id=None, content=proposal.reply),
         usage=UsageOut(prompt_tokens=0, reused_tokens=0, prefill_tokens=0, decode_tokens=0, closing_tokens=0),
         forget_plan=None if plan is None else job_out(plan),
     )

@@ -10,9 +10,10 @@ from fastapi import APIRouter, Query, Request
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.params import Cursor
 from app.api.problems import problem_doc
-from app.api.schemas.forget import DeliveryList, DeliveryOut, DetectorWebhook, WebhookAccepted
+from app.api.schemas.forget import DeliveryList, DeliveryOut, WebhookAccepted
 from app.forget.wiring import forget_service
 from app.webhooks.deliveries import page_deliveries
+from app.webhooks.schemas import DetectorWebhook
 from app.webhooks.service import DetectorWebhooks
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])

@@ -1,4 +1,4 @@
-"""Forget requests, receipts and detector webhooks."""
+"""Forget requests, jobs and detector webhooks (receipts: app/forget/receipts.py; flags: app/webhooks/schemas.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api.schemas.common import RequestModel
 from app.api.schemas.memory import KEY_PATTERN, NAMESPACE_PATTERN
+from app.forget.receipts import MemoryReceipt, PendingCall, SessionReceipt
 
 Strategy = Literal[
     "selective_replay", "full_reset", "delete_dependents", "no_forget", "memory_delete", "forget_instruction",
@@ -120,54 +121,6 @@ class ForgetRequest(RequestModel):
         return self
 
 
-class TokensOut(BaseModel):
-    reused: int = Field(description="Tokens of the clean prefix served from the cache")
-    prefilled: int | None = Field(default=None, description="Prompt tokens computed (a receipt)")
-    decoded: int | None = Field(default=None, description="Tokens sampled (a receipt)")
-    recompute_estimate: int | None = Field(
-        default=None, description="Tokens the replay is expected to compute (a plan)"
-    )
-    full_reset_estimate: int = Field(description="Tokens a cold full reset of the session computes")
-
-
-class CheckpointOut(BaseModel):
-    turn: int
-    token_offset: int
-
-
-class TraceStep(BaseModel):
-    artifact_id: str
-    kind: str
-    turn: int
-    why: str = Field(description="`target`, or `context held <artifact id>`: the parent it was reached through")
-
-
-class SessionReceipt(BaseModel):
-    session_id: str
-    tau: int = Field(description="The first transition holding the target")
-    T: int = Field(description="The session's last transition when the forget ran")
-    transitions_replayed: int
-    checkpoint: CheckpointOut | None = Field(description="The restore point (None: nothing reused)")
-    closure: list[str] = Field(description="The target and every artifact whose context reached it")
-    trace: list[TraceStep] | None = Field(default=None, description="Why each closure artifact is there (dry run)")
-    tokens: TokensOut
-    epoch_before: int
-    epoch_after: int | None = None
-    state_sha256_before: str | None = None
-    state_sha256_after: str | None = None
-
-
-class MemoryReceipt(BaseModel):
-    namespace: str
-    key: str
-    tombstone_version: int | None
-
-
-class PendingCall(BaseModel):
-    session_id: str
-    tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
-
-
 class ForgetJobOut(BaseModel):
     id: str
     status: Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] = Field(
@@ -194,24 +147,6 @@ class ForgetJobOut(BaseModel):
     error: str | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None
-
-
-def _flag_schema(schema: dict[str, Any]) -> None:
-    """A flag names the artifact, a text span, or both (422 otherwise)."""
-    schema["anyOf"] = [
-        {"type": "object", "required": [name], "properties": {name: {"type": "string"}}}
-        for name in ("artifact_id", "text")
-    ]
-
-
-class DetectorWebhook(RequestModel):
-    model_config = ConfigDict(json_schema_extra=_flag_schema)
-
-    session_id: str = Field(min_length=1, max_length=64)
-    artifact_id: str | None = Field(default=None, min_length=1, max_length=64)
-    text: str | None = Field(default=None, min_length=1, max_length=100_000)
-    detector: str = Field(default="unknown", max_length=200)
-    score: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class WebhookAccepted(BaseModel):

@@ -1,4 +1,4 @@
-"""Forget targets and where they sit in a session (Algorithm 1, line 1: locate the source).
+"""Forget targets, where they sit in a session and their closure there (Algorithm 1, lines 1-3).
 
 A target names what to forget in one of six forms (API.md): an artifact, a set of artifacts (DeLLM's M by id; what a
 plan made from a request in plain words stores), a text span in a session's observations, a memory record (every
@@ -9,16 +9,28 @@ sanitized, and τ, the first transition any of them belongs to.
 Sanitizing follows the counterfactual exactly: an artifact target drops the observation; a text target removes every
 occurrence of the text from the observations holding it and changes nothing else; an observation left empty (only
 whitespace) is dropped. Model outputs are never edited here: they are derived, and the strategy decides their fate.
+
+A semantic query is embedded before anything locks the session (`embed_query`, which also embeds the session's
+observations that have no vector yet, in its own short transaction): under the session's lock only the SQL
+similarity query runs, so no turn waits on the embedder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from app.db.models import Artifact
-from app.runtime.blocks import MODEL_KINDS
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AgentSession, Artifact
+from app.db.repositories import artifacts as artifacts_repo
+from app.db.session import Database
+from app.embeddings import Embedder
+from app.forget.closure import ClosureEntry, closure_of
+from app.runtime.blocks import MODEL_KINDS, ROLE_OF
+
+DEFAULT_MIN_SIMILARITY: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -175,3 +187,69 @@ def only_model_outputs(located: Located) -> bool:
     """True when the target sits only in model outputs: no observation to sanitize, so a replay would regenerate
     the same outputs from the same inputs."""
     return not located.edits
+
+
+@dataclass(frozen=True)
+class Found:
+    """The target in one session: the session's artifacts (archived ones too: a replay needs them), where the
+    target sits and its closure."""
+
+    rows: list[Artifact]
+    located: Located
+    closure: list[ClosureEntry]
+
+    @property
+    def live_rows(self) -> list[Artifact]:
+        return [r for r in self.rows if r.archived_by is None]
+
+
+async def embed_query(
+    db: Database, embedder: Embedder, session_id: str, query: str, *, outputs: bool = False
+) -> list[float]:
+    """The query's vector, once every observation of the session (model outputs too with `outputs`) has one: run
+    before the session is locked, so the lock is never held while the embedder works."""
+    excluded = _excluded(outputs)
+    async with db.transaction() as tx:
+        missing = [(a.id, a.content) for a in await artifacts_repo.unembedded_observations(tx, session_id, excluded)]
+    vectors = await embedder.embed([content for _, content in missing] + [query])
+    if missing:
+        async with db.transaction() as tx:
+            await artifacts_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
+    return vectors[-1]
+
+
+async def similar(
+    tx: AsyncSession, session_id: str, vector: list[float], min_similarity: float | None, *, outputs: bool = False
+) -> list[str]:
+    """pgvector similarity over the session's observations (model outputs too with `outputs`) to an embedded query."""
+    threshold = DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity
+    return await artifacts_repo.similar_observations(tx, session_id, vector, threshold, _excluded(outputs))
+
+
+async def unembedded(tx: AsyncSession, session_id: str, *, outputs: bool = False) -> bool:
+    """Whether an observation arrived, since the query was embedded, that a similarity query cannot see yet."""
+    return bool(await artifacts_repo.unembedded_observations(tx, session_id, _excluded(outputs)))
+
+
+async def find(
+    tx: AsyncSession, session: AgentSession, target: Target, query_vector: list[float] | None = None
+) -> Found | None:
+    """Where `target` sits in `session` and its closure; None when it is not there. A query target needs its
+    `query_vector` (embed_query)."""
+    matches: list[str] = []
+    if target.query is not None:
+        assert query_vector is not None, "a query target is embedded before the session is read"
+        matches = await similar(tx, session.id, query_vector, target.min_similarity)
+    elif target.keyword is not None:
+        kinds = [k for k in ROLE_OF if k not in ("system", "instruction")]
+        matches = await artifacts_repo.keyword_matches(tx, session.id, target.keyword, kinds)
+    rows = await artifacts_repo.list_all(tx, session.tenant_id, session.id)
+    located = locate_in(target, rows, matches)
+    if located is None:
+        return None
+    edges = await artifacts_repo.edges_from_turn(tx, session.id, located.tau)
+    return Found(rows, located, closure_of(located.sources, edges, rows))
+
+
+def _excluded(outputs: bool) -> list[str]:
+    return [] if outputs else sorted(MODEL_KINDS)

@@ -1,4 +1,4 @@
-"""Algorithm 1, lines 2-4: the taint closure with the reason each artifact is in it, and the restore point.
+"""Algorithm 1, lines 2-4: the closure with the reason each artifact is in it, and the restore point.
 
 The closure I(z) is every source and everything whose context reached one, found over the stored provenance edges
 (transitions ≥ τ only: nothing earlier can descend from a source that entered at τ). Each artifact carries the
@@ -10,18 +10,16 @@ whose prefix was rewritten since, by another forget, is skipped), or nothing at 
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from app.db.models import Artifact, Checkpoint
-from app.runtime.blocks import MODEL_KINDS
 from app.runtime.checkpoints import manifest_sha256
 
 
 @dataclass(frozen=True)
-class Tainted:
+class ClosureEntry:
     artifact_id: str
     kind: str
     turn: int
@@ -35,7 +33,9 @@ class Restore:
     checkpoint_id: str | None
 
 
-def closure(sources: Sequence[str], edges: Iterable[tuple[str, str]], rows: Sequence[Artifact]) -> list[Tainted]:
+def closure_of(
+    sources: Sequence[str], edges: Iterable[tuple[str, str]], rows: Sequence[Artifact]
+) -> list[ClosureEntry]:
     """Breadth-first over (parent, child) edges from the sources; in log order."""
     children: dict[str, list[str]] = {}
     for parent, child in edges:
@@ -48,7 +48,7 @@ def closure(sources: Sequence[str], edges: Iterable[tuple[str, str]], rows: Sequ
             if child not in why:
                 why[child] = f"context held {node}"
                 queue.append(child)
-    return [Tainted(r.id, r.kind, r.turn, why[r.id]) for r in rows if r.id in why]
+    return [ClosureEntry(r.id, r.kind, r.turn, why[r.id]) for r in rows if r.id in why]
 
 
 def restore_point(checkpoints: Sequence[Checkpoint], rows: Sequence[Artifact], tau: int) -> Restore:
@@ -65,23 +65,3 @@ def restore_point(checkpoints: Sequence[Checkpoint], rows: Sequence[Artifact], t
 def live_after(rows: Sequence[Artifact], turn: int) -> list[Artifact]:
     """The live prompt as it stood at the end of transition `turn` (compactions up to `turn` applied)."""
     return [r for r in rows if r.turn <= turn and (r.archived_by is None or r.archived_by > turn)]
-
-
-def compute_cost(token_count: int, replies: int) -> int:
-    """Tokens a transition sequence computes for a log of `token_count` tokens holding `replies` replies: every token
-    once (prefilled or decoded), plus the last sampled token of each reply, decoded and then prefilled to close the
-    turn (transition.py). A cold full reset pays exactly this for the rebuilt log."""
-    return token_count + replies
-
-
-def replies_in(rows: Iterable[Artifact]) -> int:
-    return sum(1 for r in rows if r.kind in MODEL_KINDS)
-
-
-def state_sha256(rows: Iterable[tuple[str, int, Sequence[int]]]) -> str:
-    """A digest of a session's live state: per artifact in log order its kind, transition and tokens. Receipts carry
-    it before and after, so an auditor can tell two states apart without the receipt holding any of their text."""
-    digest = hashlib.sha256()
-    for kind, turn, tokens in rows:
-        digest.update(f"{kind}\t{turn}\t{','.join(map(str, tokens))}\n".encode())
-    return digest.hexdigest()

@@ -1,0 +1,83 @@
+"""A forget's swap: the writes that replace a session's contaminated state with its rebuilt one.
+
+Run in the session's locked transaction, after the rebuilt state was computed aside; everything here commits with
+the job's receipt entry or not at all. Two shapes: a suffix of transitions replaced (a replay), or artifacts
+rewritten in place (deleted, updated, inserted: a rewrite or a retrieval session's regeneration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import sessions as sessions_repo
+from app.db.repositories import tools as tools_repo
+
+
+@dataclass(frozen=True)
+class NewSuffix:
+    """Every transition from `from_turn` on replaced."""
+
+    from_turn: int
+    rows: Sequence[dict[str, Any]]
+    edges: Sequence[dict[str, Any]]
+    checkpoints: Sequence[tuple[int, int, str]]  # (turn, token_offset, manifest_sha256)
+    environments: Sequence[tuple[int, dict[str, Any]]] = ()  # (turn, state) snapshots of the session's tools
+    archive_existing: Sequence[tuple[str, int]] = ()  # kept rows a replayed compaction archives, at its turn
+    links_tools: bool = False  # the session has tools: its checkpoints name their environments
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """Artifacts deleted, updated and inserted; ids and positions of the rest kept."""
+
+    deleted: Sequence[str]
+    updated: Sequence[dict[str, Any]]
+    inserted: Sequence[dict[str, Any]]
+    edges: Sequence[dict[str, Any]]
+    first_turn: int | None  # the first transition touched: its checkpoints and later ones are stale
+
+
+@dataclass(frozen=True)
+class Swapped:
+    epoch: int
+    turns: int
+    token_count: int
+    system_prompt: str | None
+
+
+async def swap(tx: AsyncSession, session_id: str, change: NewSuffix | InPlace, state: Swapped) -> None:
+    if isinstance(change, NewSuffix):
+        await _replace_suffix(tx, session_id, change)
+    else:
+        await artifacts_repo.delete_ids(tx, session_id, change.deleted)  # their edges go with them
+        await artifacts_repo.rewrite(tx, session_id, change.updated)
+        await artifacts_repo.insert_artifacts(tx, change.inserted)
+        await artifacts_repo.insert_edges(tx, change.edges)
+        if change.first_turn is not None:
+            # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
+            await sessions_repo.delete_checkpoints_from(tx, session_id, change.first_turn)
+    await sessions_repo.record_forget(
+        tx, session_id, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
+        system_prompt=state.system_prompt,
+    )
+
+
+async def _replace_suffix(tx: AsyncSession, session_id: str, change: NewSuffix) -> None:
+    await artifacts_repo.unarchive_from(tx, session_id, change.from_turn)  # its compactions are replayed
+    await artifacts_repo.delete_from_turn(tx, session_id, change.from_turn)
+    await sessions_repo.delete_checkpoints_from(tx, session_id, change.from_turn)
+    await tools_repo.delete_environments_from(tx, session_id, change.from_turn)
+    for turn, state in change.environments:
+        await tools_repo.save_environment(tx, session_id, turn, state)
+    await artifacts_repo.insert_artifacts(tx, change.rows)
+    await artifacts_repo.insert_edges(tx, change.edges)
+    for turn in {t for _, t in change.archive_existing}:
+        await artifacts_repo.archive(tx, session_id, [i for i, t in change.archive_existing if t == turn], turn)
+    await sessions_repo.add_checkpoints(tx, session_id, change.checkpoints)
+    if change.links_tools:
+        await tools_repo.link_checkpoints(tx, session_id, max(0, change.from_turn - 1))

@@ -1,0 +1,243 @@
+"""Running a claimed forget job (the worker calls `execute`): each session forgotten under its lock, atomically.
+
+Each session is forgotten inside that session's row lock, in one transaction: the strategy computes the rebuilt state
+aside (in memory), then the swap replaces the old state, bumps the epoch and saves the session's receipt entry, all in
+one commit. A crash before the commit leaves the session as it was and the job claimable again once its lease
+expires; a crash after it leaves a receipt entry that the retry skips. So a forget is atomic per session, durable,
+and idempotent.
+
+The target's text is needed while the job runs (and must survive a crash), so it is stored with the job; when the
+job ends it is replaced by its length. Receipts hold artifact ids, counts and digests, never a copy of the text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import ForgetJob
+from app.db.repositories import forget_jobs as jobs_repo
+from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
+from app.embeddings import Embedder
+from app.engine.slot import EngineSlot
+from app.errors import InvalidRequest, NotFound, SessionBusy
+from app.forget import locate
+from app.forget.cascade import JobCascade
+from app.forget.closure import ClosureEntry
+from app.forget.jobs import JobView, LeaseLost, Retry, view_of
+from app.forget.locate import Target
+from app.forget.policies import policy_of
+from app.forget.reach import check_session, sessions_reached
+from app.forget.receipts import DerivedMemory, JobReceipt, PendingCall, SessionReceipt, side_effects
+from app.forget.replay import NeedsInput, Rebuilt
+from app.forget.strategies import STRATEGIES, ForgetStrategy
+from app.forget.swap import swap_in
+from app.forget.work import SessionWork
+from app.memory import repository as memory_repo
+from app.memory.service import forget_in
+from app.observability.metrics import Metrics
+from app.runtime.handles import HandleRegistry
+from app.sessions.service import SessionService
+
+log = logging.getLogger(__name__)
+
+
+class ForgetExecutor:
+    def __init__(
+        self,
+        db: Database,
+        engine: EngineSlot,
+        handles: HandleRegistry,
+        sessions: SessionService,
+        metrics: Metrics,
+        embedder: Embedder,
+        *,
+        lock_timeout_s: float = 120.0,
+    ) -> None:
+        self.db = db
+        self.slot = engine
+        self.handles = handles
+        self.sessions = sessions
+        self.metrics = metrics
+        self.embedder = embedder
+        self.lock_timeout_s = lock_timeout_s
+
+    async def execute(self, job: ForgetJob, owner: str) -> JobView:
+        started = time.monotonic()
+        target = Target.from_dict(job.target)
+        strategy = STRATEGIES[job.strategy]
+        receipt = JobReceipt.load(job.receipt)
+        try:
+            async with self.db.transaction() as tx:
+                session_ids = await sessions_reached(tx, job.tenant_id, target) or []
+            for session_id in session_ids:
+                if not receipt.done(session_id):
+                    receipt = await self._forget_session(job, owner, target, strategy, session_id, receipt)
+        except (Retry, LeaseLost):
+            raise
+        except NeedsInput as wait:
+            call = {"id": wait.call.id, "name": wait.call.name, "arguments": wait.call.arguments}
+            pending = PendingCall(session_id=wait.session_id, tool_call=call)
+            return await self._park(job, owner, receipt.model_copy(update={"pending": pending}), started)
+        except Exception as exc:
+            log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__})
+            return await self._finish(job, owner, target, strategy, receipt, started, error=_describe(exc))
+        return await self._finish(job, owner, target, strategy, receipt, started, error=None)
+
+    async def _forget_session(
+        self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, session_id: str,
+        receipt: JobReceipt,
+    ) -> JobReceipt:
+        """The receipt with this session's entry, as committed with the session's swap (unchanged when the target is
+        not, or no longer, in the session)."""
+        if strategy.replays and not self.slot.ready:
+            raise Retry("the model is not loaded yet")
+        outputs = strategy.matches_outputs
+        vector = None
+        if target.query is not None:  # embedded before the lock: under it only the SQL similarity query runs
+            vector = await locate.embed_query(self.db, self.embedder, session_id, target.query, outputs=outputs)
+        try:
+            async with self.sessions.exclusive(job.tenant_id, session_id, self.lock_timeout_s) as (tx, session):
+                if vector is not None and await locate.unembedded(tx, session_id, outputs=outputs):
+                    raise Retry(f"session {session_id} has new observations to embed")
+                found = await locate.find(tx, session, target, vector)
+                if found is None:
+                    return receipt  # not (or no longer) in this session: nothing to forget there
+                check_session(strategy, session)
+                strategy.check(found.located)
+                similar: list[str] = []
+                if outputs and vector is not None:
+                    similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
+                policy = policy_of(session)
+                work = SessionWork(
+                    tx, self.slot.engine, self.handles, session, found.rows, found.located, found.closure,
+                    await sessions_repo.checkpoints(tx, job.tenant_id, session_id), self.embedder,
+                    provided=dict(receipt.provided), similar=similar,
+                )
+                change = await strategy.apply(work, policy)
+                entry = await swap_in(tx, session, found, change, policy)
+                derived = []
+                if strategy.cleans_derived_memory:
+                    derived = await self._forget_derived_memory(tx, job, found.closure)
+                if strategy.flags_sources:
+                    await sessions_repo.flag_sources(tx, session_id, found.located.sources)
+                rebuilt = change if isinstance(change, Rebuilt) else Rebuilt(from_turn=0)  # no calls: no side effects
+                # The receipt as it will be if this transaction commits (and only then).
+                updated = receipt.model_copy(update={
+                    "sessions": [*receipt.sessions, entry],
+                    "derived_memory": [*receipt.derived_memory, *derived],
+                    "suppressed_side_effects": [
+                        *receipt.suppressed_side_effects, *side_effects(session_id, rebuilt.suppressed)
+                    ],
+                    "committed_side_effects": [
+                        *receipt.committed_side_effects, *side_effects(session_id, rebuilt.committed_dropped)
+                    ],
+                })
+                if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                    raise LeaseLost(job.id)
+                await jobs_repo.save_receipt(tx, job.id, updated.stored())
+        except SessionBusy:
+            raise Retry(f"session {session_id} is busy") from None
+        except NeedsInput:
+            self.handles.pop(session_id)
+            raise
+        except NotFound:
+            return receipt  # the session was deleted meanwhile: nothing of it is left to forget
+        except BaseException:
+            # Nothing of this session's rebuild committed; the cache handle may hold the rebuilt suffix.
+            self.handles.pop(session_id)
+            raise
+        self._observe_session(strategy.name, entry)
+        return updated
+
+    async def _forget_derived_memory(
+        self, tx: AsyncSession, job: ForgetJob, closure: list[ClosureEntry]
+    ) -> list[DerivedMemory]:
+        """Tombstone memory records a session wrote back from an artifact in the closure (a summary that had seen
+        the target), in the session's transaction; each queues its own cascade job."""
+        if not closure:
+            return []
+        records = await memory_repo.derived_from(tx, job.tenant_id, [entry.artifact_id for entry in closure])
+        out = []
+        for namespace, key in records:
+            outcome, _ = await forget_in(
+                tx, JobCascade("selective_replay", f"derived from what {job.id} forgot"), job.tenant_id, namespace,
+                key, source="cascade",
+            )
+            out.append(DerivedMemory(
+                namespace=namespace, key=key, tombstone_version=outcome.version, forget_id=outcome.forget_id
+            ))
+        return out
+
+    async def _finish(
+        self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, receipt: JobReceipt,
+        started: float, *, error: str | None,
+    ) -> JobView:
+        status = "failed" if error is not None else "succeeded"
+        final = receipt.model_copy(update={
+            "provided": {},  # the client's answers now live in the sessions, or nowhere
+            "pending": None,
+            "duration_ms": _elapsed_ms(started, receipt),
+        })
+        async with self.db.transaction() as tx:
+            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                raise LeaseLost(job.id)
+            await jobs_repo.finish(
+                tx, job.id, status=status, target=target.scrubbed(), receipt=final.stored(), error=error,
+                finished_at=datetime.now(UTC),
+            )
+            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+        assert row is not None
+        duration_ms = final.duration_ms or 0
+        self.metrics.forget_jobs.labels(strategy=strategy.name, status=status).inc()
+        self.metrics.forget_duration.labels(strategy=strategy.name).observe(duration_ms / 1000)
+        log.info(
+            "forget job finished",
+            extra={"forget_id": job.id, "strategy": strategy.name, "status": status,
+                   "sessions": len(final.sessions), "duration_ms": duration_ms},
+        )
+        return view_of(row)
+
+    async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
+        """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""
+        target, strategy = Target.from_dict(job.target), STRATEGIES[job.strategy]
+        receipt = JobReceipt.load(job.receipt)
+        return await self._finish(job, owner, target, strategy, receipt, time.monotonic(), error=why)
+
+    async def _park(self, job: ForgetJob, owner: str, receipt: JobReceipt, started: float) -> JobView:
+        """needs_input: the sessions done so far stay done (their entries are saved); the job waits for the
+        client's answer to `receipt.pending`, then runs again (ForgetService.provide)."""
+        parked = receipt.model_copy(update={"duration_ms": _elapsed_ms(started, receipt)})
+        async with self.db.transaction() as tx:
+            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                raise LeaseLost(job.id)
+            await jobs_repo.park(tx, job.id, parked.stored())
+            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+        assert row is not None
+        log.info("forget job needs input", extra={"forget_id": job.id})
+        return view_of(row)
+
+    def _observe_session(self, strategy: str, entry: SessionReceipt) -> None:
+        tokens = entry.tokens
+        self.metrics.forget_transitions.labels(strategy=strategy).observe(entry.transitions_replayed)
+        for kind, count in (("reused", tokens.reused), ("prefilled", tokens.prefilled), ("decoded", tokens.decoded)):
+            self.metrics.forget_tokens.labels(strategy=strategy, kind=kind).inc(max(0, count or 0))
+        self.metrics.forget_full_reset.labels(strategy=strategy).inc(max(0, tokens.full_reset_estimate))
+
+
+def _elapsed_ms(started: float, receipt: JobReceipt) -> int:
+    """This attempt's time plus the earlier attempts' (a job parked for input runs again)."""
+    return int((time.monotonic() - started) * 1000) + (receipt.duration_ms or 0)
+
+
+def _describe(exc: BaseException) -> str:
+    """A job's error for its receipt: the error's type and message, which never carry artifact text (the runtime's
+    messages are about tokens, ids and limits)."""
+    message = str(exc).strip()
+    if isinstance(exc, InvalidRequest | NotFound):
+        return message[:500]
+    return f"{type(exc).__name__}: {message}"[:500]

@@ -1,0 +1,83 @@
+"""Forget jobs as the service answers them, and the signals a running job raises to its worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from app.db.models import ForgetJob
+from app.forget.receipts import (
+    DerivedMemory,
+    JobReceipt,
+    MemoryReceipt,
+    PendingCall,
+    SessionReceipt,
+    SideEffect,
+)
+
+DEFAULT_STRATEGY: Final = "selective_replay"
+TERMINAL: Final = ("succeeded", "failed", "needs_input")  # needs_input: finished until the client answers
+
+
+class LeaseLost(Exception):
+    """Another worker took the job over (this one stalled past its lease): nothing of this attempt may commit."""
+
+
+class Retry(Exception):
+    """The job cannot progress now (session busy, model loading): requeue it."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    target: dict[str, Any] | None = None  # None: `plan_id` names a stored plan to confirm
+    strategy: str | None = None  # None: the plan's, or selective_replay
+    dry_run: bool = False
+    wait: bool = False
+    reason: str | None = None
+    plan_id: str | None = None
+
+
+@dataclass
+class JobView:
+    id: str
+    status: str
+    strategy: str
+    target: dict[str, Any]
+    sessions: list[SessionReceipt] = field(default_factory=list)
+    memory: MemoryReceipt | None = None
+    suppressed_side_effects: list[SideEffect] = field(default_factory=list)
+    committed_side_effects: list[SideEffect] = field(default_factory=list)
+    pending: PendingCall | None = None
+    derived_memory: list[DerivedMemory] = field(default_factory=list)
+    duration_ms: int | None = None
+    error: str | None = None
+    reason: str | None = None
+    dry_run: bool = False
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL or self.dry_run
+
+
+def view_of(job: ForgetJob) -> JobView:
+    receipt = JobReceipt.load(job.receipt)
+    return JobView(
+        id=job.id,
+        status=job.status,
+        strategy=job.strategy,
+        target=job.target,
+        sessions=receipt.sessions,
+        memory=receipt.memory,
+        suppressed_side_effects=receipt.suppressed_side_effects,
+        committed_side_effects=receipt.committed_side_effects,
+        pending=receipt.pending,
+        derived_memory=receipt.derived_memory,
+        duration_ms=receipt.duration_ms,
+        error=job.error,
+        reason=job.reason,
+        created_at=job.created_at,
+        finished_at=job.finished_at,
+    )

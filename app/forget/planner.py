@@ -1,0 +1,74 @@
+"""Dry runs: what a forget would do, per session, without doing it.
+
+Per session τ, the closure with why each artifact is in it, the restore point and the expected cost against a full
+reset. Reads only (a query target's observation embeddings are computed and kept). A `planned` job (a deletion
+request in plain words, proposals.py) stores such a plan for the client to confirm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.db.models import AgentSession, Checkpoint
+from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
+from app.embeddings import Embedder
+from app.forget import locate
+from app.forget.cost import full_reset_estimate
+from app.forget.jobs import JobView
+from app.forget.locate import Found, Target
+from app.forget.policies import policy_of
+from app.forget.reach import check_session
+from app.forget.receipts import MemoryReceipt, SessionReceipt, TokensOut, TraceStep
+from app.forget.strategies import ForgetStrategy
+from app.forget.swap import session_entry
+from app.ids import new_id
+
+
+async def plan(
+    db: Database, embedder: Embedder, tenant_id: str, target: Target, strategy: ForgetStrategy,
+    session_ids: Sequence[str], reason: str | None,
+) -> JobView:
+    """The dry run of forgetting `target` with `strategy` in `session_ids`."""
+    entries = []
+    for session_id in session_ids:
+        vector = None
+        if target.query is not None:
+            vector = await locate.embed_query(db, embedder, session_id, target.query)
+        async with db.transaction() as tx:
+            session = await sessions_repo.get(tx, tenant_id, session_id)
+            if session is None:
+                continue
+            found = await locate.find(tx, session, target, vector)
+            if found is None:
+                continue
+            check_session(strategy, session)
+            strategy.check(found.located)
+            checkpoints = await sessions_repo.checkpoints(tx, tenant_id, session_id)
+        entries.append(_planned(session, found, checkpoints, strategy))
+    memory = None
+    if target.namespace is not None:
+        assert target.key is not None
+        memory = MemoryReceipt(namespace=target.namespace, key=target.key, tombstone_version=None)
+    return JobView(
+        id=new_id("fgt"), status="succeeded", strategy=strategy.name, target=target.scrubbed(), sessions=entries,
+        memory=memory, reason=reason, dry_run=True,
+    )
+
+
+def _planned(
+    session: AgentSession, found: Found, checkpoints: Sequence[Checkpoint], strategy: ForgetStrategy
+) -> SessionReceipt:
+    trace = [TraceStep(artifact_id=e.artifact_id, kind=e.kind, turn=e.turn, why=e.why) for e in found.closure]
+    full = full_reset_estimate(session.token_count, found.live_rows)
+    if not strategy.replays:  # nothing regenerated: the change costs next to nothing
+        tokens = TokensOut(reused=0, recompute_estimate=0, full_reset_estimate=full)
+        return session_entry(session, found.located, found.closure, tokens, trace=trace)
+    estimate = policy_of(session).estimate(
+        session, found.rows, found.located, found.closure, checkpoints, cold=strategy.cold
+    )
+    tokens = TokensOut(reused=estimate.reused, recompute_estimate=estimate.recompute_estimate, full_reset_estimate=full)
+    return session_entry(
+        session, found.located, found.closure, tokens, transitions_replayed=estimate.transitions_replayed,
+        checkpoint=estimate.checkpoint, trace=trace,
+    )

@@ -1,0 +1,162 @@
+"""How a forget is carried out in a session, by its context policy (chosen once per session: `policy_of`).
+
+- `full`: the prompt is the log. A forget rolls the cache back to a restore point and replays the transitions after
+  it (replay.py): selective replays τ..T from the latest valid checkpoint before τ, full replays everything on a
+  cold cache; deleting dependents rewrites the log without the closure and re-prefills it from the first edit. Its
+  cost is the replayed suffix's.
+- `retrieval` (DeLLM): the prompt is built per turn from a store; the cache holds only the preamble. A forget
+  regenerates outputs one by one (regenerate.py), and its cost is the outputs it regenerates.
+
+Strategies (strategies.py) decide *what* is forgotten; the policy decides *how* in that kind of session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from app.db.models import AgentSession, Artifact, Checkpoint
+from app.forget import regenerate as regen
+from app.forget.closure import ClosureEntry, Restore, restore_point
+from app.forget.cost import compute_cost, replies_in
+from app.forget.locate import Located
+from app.forget.receipts import CheckpointOut
+from app.forget.replay import replay
+from app.forget.rewrite import rewrite
+from app.forget.work import Change, SessionWork
+from app.runtime.blocks import MODEL_KINDS
+from app.runtime.salts import rotates
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a dry run expects a replaying forget to compute in one session."""
+
+    transitions_replayed: int
+    reused: int  # tokens of the clean prefix kept
+    recompute_estimate: int
+    checkpoint: CheckpointOut | None = None  # the restore point (None: nothing reused)
+
+
+class ForgetPolicy(Protocol):
+    name: str
+    holds_log: bool  # the session's cache holds its whole log (a rewrite re-prefills it from the first edit)
+
+    async def selective(self, work: SessionWork) -> Change:
+        """The session that never saw the target, recomputing only what the target reached."""
+        ...
+
+    async def full(self, work: SessionWork) -> Change:
+        """The same session recomputed from nothing: the reference `selective` must equal."""
+        ...
+
+    async def delete(self, work: SessionWork) -> Change:
+        """The target and everything derived from it deleted, nothing regenerated."""
+        ...
+
+    def estimate(
+        self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
+        checkpoints: Sequence[Checkpoint], *, cold: bool,
+    ) -> Estimate:
+        """What `selective` (or, `cold`, `full`) is expected to compute; `rows`: every artifact, archived ones too."""
+        ...
+
+    def rotates_salt(self, log_before: Sequence[int], log_after: Sequence[int]) -> bool:
+        """Whether the forget must give the session a new cache salt (runtime/salts.py)."""
+        ...
+
+
+class FullForget:
+    name = "full"
+    holds_log = True
+
+    async def selective(self, work: SessionWork) -> Change:
+        tau = work.located.tau
+        restore = restore_point(work.checkpoints, work.rows, tau)
+        return await replay(
+            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=tau,
+            tools=await work.tools_before(tau),
+        )
+
+    async def full(self, work: SessionWork) -> Change:
+        # Every transition regenerated on a cold cache; the system block (transition 0) is re-prefilled unless the
+        # target sits in it, in which case it is re-rendered too.
+        from_turn = min(work.located.tau, 1)
+        system = [r for r in work.rows if r.turn == 0]
+        restore = Restore(0, system[-1].token_end if system else 0, None) if from_turn == 1 else Restore(-1, 0, None)
+        return await replay(
+            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=from_turn,
+            tools=await work.tools_before(from_turn), cold=True,
+        )
+
+    async def delete(self, work: SessionWork) -> Change:
+        # A text target's observation is sanitized rather than deleted.
+        sanitized = {i for i, content in work.located.edits.items() if content is not None}
+        drop = {entry.artifact_id for entry in work.closure} - sanitized
+        change = await rewrite(
+            work.engine, work.handles, work.session, work.live_rows, drop=drop, edits=dict(work.located.edits),
+            holds_log=self.holds_log,
+        )
+        change.deleted.extend(r.id for r in work.rows if r.archived_by is not None and r.id in drop)
+        return change
+
+    def estimate(
+        self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
+        checkpoints: Sequence[Checkpoint], *, cold: bool,
+    ) -> Estimate:
+        restore = restore_point(checkpoints, rows, located.tau)
+        after = [r for r in rows if r.archived_by is None and r.token_start >= restore.token_offset]
+        return Estimate(
+            transitions_replayed=session.turns - restore.turn,
+            reused=restore.token_offset,
+            # What the contaminated suffix cost; the rebuilt one is about as long, less the target.
+            recompute_estimate=compute_cost(session.token_count - restore.token_offset, replies_in(after)),
+            checkpoint=_checkpoint(restore),
+        )
+
+    def rotates_salt(self, log_before: Sequence[int], log_after: Sequence[int]) -> bool:
+        return rotates(log_before, log_after)
+
+
+class RetrievalForget:
+    name = "retrieval"
+    holds_log = False  # the cache holds only the preamble, never the store (runtime/retrieval.py)
+
+    async def selective(self, work: SessionWork) -> Change:
+        return await regen.regenerate(work, "selective")
+
+    async def full(self, work: SessionWork) -> Change:
+        return await regen.regenerate(work, "full")
+
+    async def delete(self, work: SessionWork) -> Change:
+        return await regen.regenerate(work, "delete")
+
+    def estimate(
+        self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
+        checkpoints: Sequence[Checkpoint], *, cold: bool,
+    ) -> Estimate:
+        # Outputs are regenerated one by one, not a suffix replayed: the estimate is Dep(M)'s outputs (every output
+        # for a cold run).
+        outputs = [r for r in rows if r.archived_by is None and r.kind in MODEL_KINDS]
+        if not cold:
+            sources = set(located.sources)
+            reached = {entry.artifact_id for entry in closure}
+            outputs = [r for r in outputs if r.id in reached and r.id not in sources]
+        return Estimate(
+            transitions_replayed=len(outputs), reused=0, recompute_estimate=sum(len(r.token_ids) for r in outputs)
+        )
+
+    def rotates_salt(self, log_before: Sequence[int], log_after: Sequence[int]) -> bool:
+        return rotates(log_before, log_after, retrieval=True)
+
+
+def _checkpoint(restore: Restore) -> CheckpointOut | None:
+    return CheckpointOut(turn=restore.turn, token_offset=restore.token_offset) if restore.turn >= 0 else None
+
+
+POLICIES: Final[Mapping[str, ForgetPolicy]] = {p.name: p for p in (FullForget(), RetrievalForget())}
+
+
+def policy_of(session: AgentSession) -> ForgetPolicy:
+    return POLICIES[session.context_policy]

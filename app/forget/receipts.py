@@ -1,0 +1,122 @@
+"""A forget job's receipt: what it did per session, to memory and to side effects, built once as typed objects.
+
+A receipt holds artifact ids, counts and digests, never a copy of the forgotten text. It is stored as JSON in
+`forget_jobs.receipt` (`JobReceipt.stored` / `JobReceipt.load`: the same JSON jobs stored before still load) and
+returned by the API as it is (api/schemas/forget.py reuses these models). A dry run's plan uses the same session
+entry, with `trace` and estimates instead of counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
+
+
+class TokensOut(BaseModel):
+    reused: int = Field(description="Tokens of the clean prefix served from the cache")
+    prefilled: int | None = Field(default=None, description="Prompt tokens computed (a receipt)")
+    decoded: int | None = Field(default=None, description="Tokens sampled (a receipt)")
+    recompute_estimate: int | None = Field(
+        default=None, description="Tokens the replay is expected to compute (a plan)"
+    )
+    full_reset_estimate: int = Field(description="Tokens a cold full reset of the session computes")
+
+
+class CheckpointOut(BaseModel):
+    turn: int
+    token_offset: int
+
+
+class TraceStep(BaseModel):
+    artifact_id: str
+    kind: str
+    turn: int
+    why: str = Field(description="`target`, or `context held <artifact id>`: the parent it was reached through")
+
+
+class SessionReceipt(BaseModel):
+    session_id: str
+    tau: int = Field(description="The first transition holding the target")
+    T: int = Field(description="The session's last transition when the forget ran")
+    transitions_replayed: int
+    checkpoint: CheckpointOut | None = Field(description="The restore point (None: nothing reused)")
+    closure: list[str] = Field(description="The target and every artifact whose context reached it")
+    trace: list[TraceStep] | None = Field(default=None, description="Why each closure artifact is there (dry run)")
+    tokens: TokensOut
+    epoch_before: int
+    epoch_after: int | None = None
+    state_sha256_before: str | None = None
+    state_sha256_after: str | None = None
+
+
+class MemoryReceipt(BaseModel):
+    namespace: str
+    key: str
+    tombstone_version: int | None
+
+
+class PendingCall(BaseModel):
+    session_id: str
+    tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
+
+
+class SideEffect(TypedDict):
+    """A tool call's side effect: which call of which session, never its arguments (they may hold the target)."""
+
+    session_id: str
+    tool_call_id: str
+    name: str
+
+
+class DerivedMemory(TypedDict):
+    """A memory record a session wrote back from the closure, tombstoned with the job (its own cascade job)."""
+
+    namespace: str
+    key: str
+    tombstone_version: int
+    forget_id: str | None
+
+
+class JobReceipt(BaseModel):
+    """A job's receipt as stored while it runs and once it ended."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    sessions: list[SessionReceipt] = Field(default_factory=list)
+    memory: MemoryReceipt | None = None
+    suppressed_side_effects: list[SideEffect] = Field(default_factory=list)
+    committed_side_effects: list[SideEffect] = Field(default_factory=list)
+    derived_memory: list[DerivedMemory] = Field(default_factory=list)
+    pending: PendingCall | None = None  # the call a needs_input job waits on
+    # The client's answers to calls a replay made anew (tool call id → result), until the job ends; stored as
+    # `inputs`, the key jobs have always stored them under.
+    provided: dict[str, str] = Field(default_factory=dict, alias="inputs")
+    duration_ms: int | None = None
+
+    @classmethod
+    def load(cls, stored: dict[str, Any] | None) -> JobReceipt:
+        return cls.model_validate(stored or {})
+
+    def stored(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def done(self, session_id: str) -> bool:
+        return any(entry.session_id == session_id for entry in self.sessions)
+
+
+def side_effects(session_id: str, calls: Iterable[Any]) -> list[SideEffect]:
+    """Side effects of tool calls (anything with `id` and `name`) for a receipt."""
+    return [SideEffect(session_id=session_id, tool_call_id=c.id, name=c.name) for c in calls]
+
+
+def state_sha256(rows: Iterable[tuple[str, int, Sequence[int]]]) -> str:
+    """A digest of a session's live state: per artifact in log order its kind, transition and tokens. Receipts carry
+    it before and after, so an auditor can tell two states apart without the receipt holding any of their text."""
+    digest = hashlib.sha256()
+    for kind, turn, tokens in rows:
+        digest.update(f"{kind}\t{turn}\t{','.join(map(str, tokens))}\n".encode())
+    return digest.hexdigest()

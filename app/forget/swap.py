@@ -1,0 +1,96 @@
+"""Swapping a strategy's change into a session, and the session's receipt entry that says what changed.
+
+The writes are the repository's (db/repositories/forget_swap.py); here the change is translated for it, the state is
+digested before and after, and the cache salt rotated when the forget left blocks a later request could reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AgentSession, Artifact
+from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import sessions as sessions_repo
+from app.db.repositories.forget_swap import InPlace, NewSuffix, Swapped, swap
+from app.forget.closure import ClosureEntry
+from app.forget.cost import full_reset_estimate
+from app.forget.locate import Found, Located
+from app.forget.policies import ForgetPolicy
+from app.forget.receipts import CheckpointOut, SessionReceipt, TokensOut, TraceStep, state_sha256
+from app.forget.replay import Rebuilt
+from app.forget.rewrite import Rewritten
+from app.forget.work import Change
+
+
+def session_entry(
+    session: AgentSession, located: Located, closure: Sequence[ClosureEntry], tokens: TokensOut, *,
+    transitions_replayed: int = 0, checkpoint: CheckpointOut | None = None, trace: list[TraceStep] | None = None,
+    epoch_after: int | None = None, state_before: str | None = None, state_after: str | None = None,
+) -> SessionReceipt:
+    """A receipt's (or a plan's) entry for one session: where the target sat, what it reached, what it cost."""
+    return SessionReceipt(
+        session_id=session.id, tau=located.tau, T=session.turns, transitions_replayed=transitions_replayed,
+        checkpoint=checkpoint, closure=[entry.artifact_id for entry in closure], trace=trace, tokens=tokens,
+        epoch_before=session.epoch, epoch_after=epoch_after, state_sha256_before=state_before,
+        state_sha256_after=state_after,
+    )
+
+
+async def swap_in(
+    tx: AsyncSession, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy
+) -> SessionReceipt:
+    """Write `change` in the session's transaction and return the session's receipt entry."""
+    rows = found.live_rows  # the live state (archived originals are history)
+    before = _digest(rows)
+    log_before = [t for r in sorted(rows, key=lambda r: r.position) for t in r.token_ids]
+    # Read before any write: the swap updates the session row, and with it this object.
+    entry = session_entry(
+        session, found.located, found.closure,
+        TokensOut(reused=0, prefilled=0, decoded=0, full_reset_estimate=full_reset_estimate(session.token_count, rows)),
+        epoch_after=session.epoch, state_before=before, state_after=before,
+    )
+    if change is None:
+        return entry
+    epoch = session.epoch + 1
+    checkpoint = None
+    if isinstance(change, Rebuilt):
+        turns = max([session.turns, *(r["turn"] for r in change.rows)])
+        restore = change.restored_from
+        if restore is not None and restore.turn >= 0:
+            checkpoint = CheckpointOut(turn=restore.turn, token_offset=restore.token_offset)
+    else:
+        turns = session.turns
+    state = Swapped(epoch, turns, change.token_count, change.system_prompt)
+    await swap(tx, session.id, _writes(session, change), state)
+    after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+    if policy.rotates_salt(log_before, [t for r in after for t in r.token_ids]):
+        # The forgotten blocks stay in vLLM's prefix cache until evicted: no request of this session may reach them.
+        await sessions_repo.bump_cache_generation(tx, session.id)
+    tokens = TokensOut(
+        reused=change.reused, prefilled=change.prefilled, decoded=change.decoded,
+        full_reset_estimate=full_reset_estimate(after[-1].token_end if after else 0, after),
+    )
+    return entry.model_copy(update={
+        "tokens": tokens, "transitions_replayed": change.transitions, "checkpoint": checkpoint, "epoch_after": epoch,
+        "state_sha256_after": _digest(after),
+    })
+
+
+def _writes(session: AgentSession, change: Rebuilt | Rewritten) -> NewSuffix | InPlace:
+    if isinstance(change, Rebuilt):
+        return NewSuffix(
+            from_turn=change.from_turn, rows=change.rows, edges=change.edges,
+            checkpoints=[(b.turn, b.token_offset, b.manifest_sha256) for b in change.checkpoints],
+            environments=change.environments, archive_existing=change.archive_existing,
+            links_tools=bool(session.tools),
+        )
+    return InPlace(
+        deleted=change.deleted, updated=change.updated, inserted=change.inserted, edges=change.edges,
+        first_turn=change.first_turn,
+    )
+
+
+def _digest(rows: Sequence[Artifact]) -> str:
+    return state_sha256((r.kind, r.turn, r.token_ids) for r in rows)

@@ -1,0 +1,60 @@
+"""What a strategy works on: one session, under its row lock, with the target located and its closure known."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AgentSession, Artifact, Checkpoint
+from app.db.repositories import tools as tools_repo
+from app.embeddings import Embedder
+from app.engine.protocol import KVEngine
+from app.forget.closure import ClosureEntry
+from app.forget.locate import Located
+from app.forget.replay import Rebuilt
+from app.forget.rewrite import Rewritten
+from app.runtime.handles import HandleRegistry
+from app.runtime.tooling import ReplayTools, ToolContext
+
+# What a strategy does to a session, swapped in by the executor: transitions replaced, artifacts rewritten in
+# place, or nothing.
+Change = Rebuilt | Rewritten | None
+
+
+@dataclass(frozen=True)
+class SessionWork:
+    tx: AsyncSession  # the session's locked transaction: read what the strategy needs, write nothing
+    engine: KVEngine
+    handles: HandleRegistry
+    session: AgentSession
+    rows: list[Artifact]
+    located: Located
+    closure: list[ClosureEntry]
+    checkpoints: list[Checkpoint]
+    embedder: Embedder
+    provided: dict[str, str] = field(default_factory=dict)  # the client's answers to calls a replay made anew
+    similar: list[str] = field(default_factory=list)  # semantic_deletion: every artifact matching the query
+
+    @property
+    def live_rows(self) -> list[Artifact]:
+        """The live prompt (`rows` also holds what compactions archived, which a replay needs)."""
+        return [r for r in self.rows if r.archived_by is None]
+
+    async def tools_before(self, turn: int) -> ToolContext | None:
+        """The session's tools for a replay from `turn`: the environment as snapshotted before it, the ledger of
+        fired calls, and the original run's results (A3: identical calls reuse them)."""
+        if not self.session.tools:
+            return None
+        _, env = await tools_repo.environment(self.tx, self.session.id, before_turn=turn)
+        fired = await tools_repo.fired(self.tx, self.session.id)
+        recorded = {
+            str(r.meta["tool_call_id"]): r.content
+            for r in self.rows
+            if r.kind == "tool_result" and (r.meta or {}).get("tool_call_id")
+        }
+        calls = {str(r.meta.get("tool_call_id")) for r in self.rows if r.kind == "tool_call" and r.meta}
+        replay = ReplayTools(recorded=recorded, original_calls=calls, provided=dict(self.provided))
+        return ToolContext(
+            self.session.id, self.session.tools, env, fired, frozenset(self.session.flagged_sources), replay
+        )
