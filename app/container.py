@@ -1,4 +1,5 @@
-"""Everything a running app owns, built and closed by the lifespan (app/main.py); nothing at import time."""
+"""The composition root: everything a running app owns, built once by the lifespan (app/main.py), closed by it too.
+Nothing is built at import time or per request; routers reach the services through `app/api/deps.py`."""
 
 from __future__ import annotations
 
@@ -8,10 +9,35 @@ from dataclasses import dataclass, field
 from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.slot import EngineSlot
+from app.forget.cascade import JobCascade
+from app.forget.executor import ForgetExecutor
+from app.forget.service import ForgetService
+from app.forget.worker import ForgetWorker
+from app.memory.catalog import MemoryCatalog
+from app.memory.service import MemoryService
 from app.observability.metrics import Metrics
+from app.openai_compat.chat import ChatService
+from app.openai_compat.service import CompatService
 from app.runtime.handles import HandleRegistry
+from app.sessions.service import SessionService
 from app.settings import Settings
 from app.tenants.service import TenantService
+from app.webhooks.service import DetectorWebhooks
+
+
+@dataclass(frozen=True)
+class Services:
+    """One of each per process. They hold no request state: the long-lived parts they share (database pool, engine,
+    this process's cache handles, the embedder) are the container's."""
+
+    sessions: SessionService
+    forget: ForgetService
+    forget_executor: ForgetExecutor
+    memory: MemoryService
+    memory_catalog: MemoryCatalog
+    webhooks: DetectorWebhooks
+    conversations: CompatService
+    chat: ChatService
 
 
 @dataclass
@@ -26,3 +52,36 @@ class Container:
     # Set by a submit to wake this process's forget worker at once (other processes find the job by polling).
     forget_wake: asyncio.Event = field(default_factory=asyncio.Event)
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    services: Services = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        sessions = SessionService(
+            self.db, self.engine, self.handles, lock_timeout_s=settings.session_lock_timeout_s, embedder=self.embedder
+        )
+        forget = ForgetService(
+            self.db, self.engine, self.embedder, wait_s=settings.forget_wait_s, wake=self.forget_wake
+        )
+        executor = ForgetExecutor(
+            self.db, self.engine, self.handles, sessions, self.metrics, self.embedder,
+            lock_timeout_s=settings.forget_lock_timeout_s,
+        )
+        self.services = Services(
+            sessions=sessions,
+            forget=forget,
+            forget_executor=executor,
+            # A forget's cascade is the selective-replay job over every session the record was injected into,
+            # queued in the tombstone's transaction.
+            memory=MemoryService(self.db, cascade=JobCascade("selective_replay", "memory record forgotten")),
+            memory_catalog=MemoryCatalog(self.db),
+            webhooks=DetectorWebhooks(self.db, forget),
+            conversations=CompatService(self.db, self.engine, sessions, forget),
+            chat=ChatService(self.db, self.engine, sessions),
+        )
+
+    def forget_worker(self) -> ForgetWorker:
+        settings = self.settings
+        return ForgetWorker(
+            self.db, self.metrics, self.services.forget_executor, lease_s=settings.forget_lease_s,
+            poll_s=settings.forget_poll_s, ready=lambda: self.engine.ready, wake=self.forget_wake,
+        )

@@ -61,9 +61,7 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
         container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
         app.state.container = container
         slot.task = asyncio.create_task(slot.load(), name="engine-load")
-        from app.forget.wiring import forget_worker
-
-        container.background.append(asyncio.create_task(forget_worker(container).run(), name="forget-worker"))
+        container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
         log.info("lethe started", extra={"engine": settings.engine.value, "version": __version__})
         try:
             yield

@@ -27,7 +27,7 @@ import asyncpg
 
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
-from app.db.repositories import artifacts as repo
+from app.db.repositories import artifact_search as repo
 from app.db.session import Database
 from app.ids import new_id
 from app.runtime.retrieval import CONTEXT_KINDS

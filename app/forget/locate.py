@@ -24,6 +24,7 @@ from typing import Any, Final
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Artifact
+from app.db.repositories import artifact_search as search_repo
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.session import Database
 from app.embeddings import Embedder
@@ -210,11 +211,11 @@ async def embed_query(
     before the session is locked, so the lock is never held while the embedder works."""
     excluded = _excluded(outputs)
     async with db.transaction() as tx:
-        missing = [(a.id, a.content) for a in await artifacts_repo.unembedded_observations(tx, session_id, excluded)]
+        missing = [(a.id, a.content) for a in await search_repo.unembedded_observations(tx, session_id, excluded)]
     vectors = await embedder.embed([content for _, content in missing] + [query])
     if missing:
         async with db.transaction() as tx:
-            await artifacts_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
+            await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
     return vectors[-1]
 
 
@@ -223,12 +224,12 @@ async def similar(
 ) -> list[str]:
     """pgvector similarity over the session's observations (model outputs too with `outputs`) to an embedded query."""
     threshold = DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity
-    return await artifacts_repo.similar_observations(tx, session_id, vector, threshold, _excluded(outputs))
+    return await search_repo.similar_observations(tx, session_id, vector, threshold, _excluded(outputs))
 
 
 async def unembedded(tx: AsyncSession, session_id: str, *, outputs: bool = False) -> bool:
     """Whether an observation arrived, since the query was embedded, that a similarity query cannot see yet."""
-    return bool(await artifacts_repo.unembedded_observations(tx, session_id, _excluded(outputs)))
+    return bool(await search_repo.unembedded_observations(tx, session_id, _excluded(outputs)))
 
 
 async def find(
@@ -242,7 +243,7 @@ async def find(
         matches = await similar(tx, session.id, query_vector, target.min_similarity)
     elif target.keyword is not None:
         kinds = [k for k in ROLE_OF if k not in ("system", "instruction")]
-        matches = await artifacts_repo.keyword_matches(tx, session.id, target.keyword, kinds)
+        matches = await search_repo.keyword_matches(tx, session.id, target.keyword, kinds)
     rows = await artifacts_repo.list_all(tx, session.tenant_id, session.id)
     located = locate_in(target, rows, matches)
     if located is None:

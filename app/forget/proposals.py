@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
+from app.db.repositories import artifact_search as search_repo
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.repositories import sessions as sessions_repo
@@ -103,7 +104,7 @@ async def _match(
         return [a.id for a in messages if request.what in a.content]
     if request.how == "keyword":
         kinds = sorted({a.kind for a in messages})
-        return await artifacts_repo.keyword_matches(tx, session.id, request.what, kinds) if kinds else []
+        return await search_repo.keyword_matches(tx, session.id, request.what, kinds) if kinds else []
     assert vector is not None
     similar = set(await locate.similar(tx, session.id, vector, MEANING_SIMILARITY))
     wanted = request.what.casefold()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.db.models import Artifact
-from app.db.repositories.artifacts import Neighbor
+from app.db.repositories.artifact_search import Neighbor
 from app.forget.replay import observation_of
 from app.forget.rewrite import Rewritten
 from app.forget.work import SessionWork

@@ -33,11 +33,12 @@ class ForgetWorker:
         self,
         db: Database,
         metrics: Metrics,
-        executor: Callable[[], ForgetExecutor],
+        executor: ForgetExecutor,
         *,
         lease_s: float = 30.0,
         poll_s: float = 1.0,
         ready: Callable[[], bool] = lambda: True,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self.db = db
         self.metrics = metrics
@@ -45,7 +46,7 @@ class ForgetWorker:
         self.lease_s = lease_s
         self.poll_s = poll_s
         self.ready = ready
-        self.wake = asyncio.Event()
+        self.wake = wake or asyncio.Event()  # a submit in this process sets it
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     async def run(self) -> None:
@@ -78,10 +79,10 @@ class ForgetWorker:
     async def _run(self, job: ForgetJob) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(job.id), name=f"lease-{job.id}")
         try:
-            await self.executor().execute(job, self.owner)
+            await self.executor.execute(job, self.owner)
         except Retry as why:
             if job.attempts >= MAX_ATTEMPTS:
-                await self.executor().give_up(job, self.owner, f"gave up after {job.attempts} attempts: {why}")
+                await self.executor.give_up(job, self.owner, f"gave up after {job.attempts} attempts: {why}")
                 return
             log.info("forget job requeued", extra={"forget_id": job.id, "why": str(why)})
             async with self.db.transaction() as tx:

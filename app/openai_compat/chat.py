@@ -22,10 +22,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.container import Container
 from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
 from app.engine.protocol import TokenSink
-from app.forget.wiring import session_service
+from app.engine.slot import EngineSlot
 from app.ids import new_id
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
@@ -33,6 +33,7 @@ from app.openai_compat.items import message_text, visible_text
 from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
 from app.openai_compat.service import lethe_tools
 from app.runtime.blocks import Observation
+from app.sessions.service import SessionService
 from app.sessions.views import SessionConfig, TurnResult
 
 Canonical = dict[str, Any]
@@ -80,16 +81,16 @@ def digest(tools: list[dict[str, Any]], messages: list[Canonical]) -> str:
 
 
 class ChatService:
-    def __init__(self, container: Container) -> None:
-        self.container = container
-        self.db = container.db
-        self.sessions = session_service(container)
+    def __init__(self, db: Database, engine: EngineSlot, sessions: SessionService) -> None:
+        self.db = db
+        self.engine = engine
+        self.sessions = sessions
 
     async def create(
         self, tenant_id: str, body: ChatCompletionCreate
     ) -> tuple[Callable[[TokenSink | None], Awaitable[dict[str, Any]]], dict[str, Any]]:
         """Validate and place a completion; returns (run it, the chunk head of its stream)."""
-        served = self.container.engine.engine.model_id
+        served = self.engine.engine.model_id
         if body.model != served:
             raise ModelNotFound(body.model, served)
         messages = canonical(body.messages)

@@ -82,11 +82,11 @@ CHAT_STREAM = _events({"const": "message"}, "JSON: a chat.completion.chunk or `{
 
 
 async def get_compat(container: ContainerDep) -> CompatService:
-    return CompatService(container)
+    return container.services.conversations
 
 
 async def get_chat(container: ContainerDep) -> ChatService:
-    return ChatService(container)
+    return container.services.chat
 
 
 CompatDep = Annotated[CompatService, Depends(get_compat)]

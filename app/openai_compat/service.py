@@ -24,15 +24,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.container import Container
+from app.api.schemas.forget import job_out
 from app.db.models import AgentSession, Artifact, OpenAIConversation, OpenAIResponse
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
+from app.db.session import Database
 from app.engine.protocol import TokenSink
+from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound
 from app.forget.jobs import JobView, Submission
+from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
-from app.forget.wiring import forget_service, session_service
 from app.ids import has_prefix, new_id
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
@@ -91,16 +93,17 @@ class Deleted:
 
 
 class CompatService:
-    def __init__(self, container: Container, sessions: SessionService | None = None) -> None:
-        self.container = container
-        self.db = container.db
-        self.sessions = sessions or session_service(container)
+    def __init__(self, db: Database, engine: EngineSlot, sessions: SessionService, forget: ForgetService) -> None:
+        self.db = db
+        self.engine = engine
+        self.sessions = sessions
+        self.forget = forget
 
     # -- models -------------------------------------------------------------------------------------------------
 
     @property
     def model_id(self) -> str:
-        return self.container.engine.engine.model_id
+        return self.engine.engine.model_id
 
     def check_model(self, model: str) -> None:
         if model != self.model_id:
@@ -121,8 +124,6 @@ class CompatService:
         out: dict[str, Any] = {"id": conv.id, "object": "conversation", "created_at": _ts(conv.created_at),
                                "metadata": dict(conv.meta), "lethe_session_id": conv.session_id}
         if forget is not None:
-            from app.api.routers.forget import job_out
-
             out["lethe_forget"] = job_out(forget).model_dump(mode="json")
         return out
 
@@ -212,7 +213,7 @@ class CompatService:
         if strategy is not None and strategy not in STRATEGIES:
             raise BadParameter("lethe_strategy", f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
         await self._item_row(tenant_id, session, item_id)
-        job = await forget_service(self.container).submit(tenant_id, Submission(
+        job = await self.forget.submit(tenant_id, Submission(
             target={"artifact_id": item_id, "session_id": session.id}, strategy=strategy, dry_run=dry_run,
             wait=True, reason="conversation item deleted",
         ))

@@ -31,8 +31,9 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories.artifacts import LogEntry, Neighbor
+from app.db.repositories import artifact_search as search_repo
+from app.db.repositories.artifact_search import Neighbor
+from app.db.repositories.artifacts import LogEntry
 from app.embeddings import Embedder
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.runtime.blocks import Block, Observation, assistant_block, render
@@ -96,10 +97,10 @@ def query_text(observations: Sequence[Block]) -> str:
 async def embed_missing(tx: AsyncSession, embedder: Embedder, session_id: str) -> None:
     """Embed the session's live messages that have no vector yet (memory injected at creation, messages a forget
     rewrote), so retrieval sees every message."""
-    missing = await artifacts_repo.unembedded(tx, session_id, CONTEXT_KINDS)
+    missing = await search_repo.unembedded(tx, session_id, CONTEXT_KINDS)
     if missing:
         vectors = await embedder.embed([a.content for a in missing])
-        await artifacts_repo.set_embeddings(tx, {a.id: v for a, v in zip(missing, vectors, strict=True)})
+        await search_repo.set_embeddings(tx, {a.id: v for a, v in zip(missing, vectors, strict=True)})
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ async def retrieve(
 ) -> list[Neighbor]:
     """The context of a reply at transition `before_turn`: the stored messages (minus `exclude`) and `fresh` ones,
     the `top_k` nearest at least `min_similarity` away, nearest first (ties: log order)."""
-    stored = await artifacts_repo.nearest_messages(
+    stored = await search_repo.nearest_messages(
         tx, session_id, vector, kinds=CONTEXT_KINDS, before_turn=before_turn, top_k=params.top_k,
         min_similarity=params.min_similarity, exclude=exclude,
     )

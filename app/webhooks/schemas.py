@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from app.api.schemas.common import RequestModel
+from app.request_model import RequestModel
 
 
 def _flag_schema(schema: dict[str, Any]) -> None:

@@ -104,7 +104,7 @@ def short_lock_bound(live_server: LiveServer) -> Iterator[None]:
 
     def compat(container: ContainerDep) -> CompatService:
         sessions = SessionService(container.db, container.engine, container.handles, lock_timeout_s=0.3)
-        return CompatService(container, sessions)
+        return CompatService(container.db, container.engine, sessions, container.services.forget)
 
     overrides = live_server.app.dependency_overrides
     overrides[get_compat] = compat

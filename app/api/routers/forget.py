@@ -10,17 +10,16 @@ from app.api.deps import ContainerDep, PrincipalDep
 from app.api.openapi import link
 from app.api.params import ID_PATTERN, Cursor, ObjectId
 from app.api.problems import problem_doc
-from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob
-from app.forget.jobs import JobView, Submission
+from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob, job_out
+from app.forget.jobs import Submission
 from app.forget.listing import page_jobs
 from app.forget.service import ForgetService
-from app.forget.wiring import forget_service
 
 router = APIRouter(prefix="/v1/forget", tags=["forget"])
 
 
 async def get_forget(container: ContainerDep) -> ForgetService:
-    return forget_service(container)
+    return container.services.forget
 
 
 ForgetDep = Annotated[ForgetService, Depends(get_forget)]
@@ -32,10 +31,6 @@ SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it)"),
     503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
 }
-
-
-def job_out(view: JobView) -> ForgetJobOut:
-    return ForgetJobOut.model_validate(view, from_attributes=True)
 
 
 @router.post(

@@ -28,7 +28,6 @@ from app.api.schemas.memory import (
     NamespaceList,
     NamespaceOut,
 )
-from app.forget.cascade import JobCascade
 from app.memory.catalog import MemoryCatalog
 from app.memory.service import MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag
@@ -61,9 +60,7 @@ Key = Annotated[str, Path(min_length=1, max_length=200, pattern=KEY_PATTERN)]
 
 
 async def get_memory(container: ContainerDep) -> MemoryService:
-    # Stateless, so one per request costs nothing. A forget's cascade is the selective-replay job over every session
-    # the record was injected into, queued in the tombstone's transaction.
-    return MemoryService(container.db, cascade=JobCascade("selective_replay", "memory record forgotten"))
+    return container.services.memory
 
 
 MemoryDep = Annotated[MemoryService, Depends(get_memory)]
@@ -83,7 +80,7 @@ async def batch_write(namespace: Namespace, body: BatchRequest, principal: Princ
 
 
 async def get_catalog(container: ContainerDep) -> MemoryCatalog:
-    return MemoryCatalog(container.db)
+    return container.services.memory_catalog
 
 
 CatalogDep = Annotated[MemoryCatalog, Depends(get_catalog)]

@@ -11,7 +11,7 @@ from app.api.disconnect import until_disconnect
 from app.api.openapi import link
 from app.api.params import Cursor, ObjectId
 from app.api.problems import problem_doc
-from app.api.routers.forget import job_out
+from app.api.schemas.forget import job_out
 from app.api.schemas.sessions import (
     ArtifactList,
     ArtifactOut,
@@ -38,7 +38,6 @@ from app.api.sse import stream_turn
 from app.engine.protocol import TokenSink
 from app.errors import InvalidRequest
 from app.forget.proposals import Proposal
-from app.forget.wiring import forget_service
 from app.runtime.blocks import Observation
 from app.runtime.tools import normalize as normalize_tools
 from app.sessions.service import SessionService
@@ -56,11 +55,7 @@ TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 async def get_sessions(container: ContainerDep) -> SessionService:
-    # Cheap per request: the long-lived parts (database, engine, this process's cache handles) are shared.
-    return SessionService(
-        container.db, container.engine, container.handles, lock_timeout_s=container.settings.session_lock_timeout_s,
-        embedder=container.embedder,
-    )
+    return container.services.sessions
 
 
 SessionsDep = Annotated[SessionService, Depends(get_sessions)]
@@ -256,7 +251,7 @@ async def post_turn(
     http: Request,
 ) -> TurnOut | Response:
     observations = [_observation(i) for i in body.inputs]
-    proposal = await forget_service(container).propose(principal.tenant_id, id, observations, generate=body.generate)
+    proposal = await container.services.forget.propose(principal.tenant_id, id, observations, generate=body.generate)
     if proposal is not None:  # a deletion request: answered with a plan; never a transition, never stored
         return _plan_out(await sessions.get(principal.tenant_id, id), proposal)
     if body.stream and body.generate:

@@ -11,10 +11,8 @@ from app.api.deps import ContainerDep, PrincipalDep
 from app.api.params import Cursor
 from app.api.problems import problem_doc
 from app.api.schemas.forget import DeliveryList, DeliveryOut, WebhookAccepted
-from app.forget.wiring import forget_service
 from app.webhooks.deliveries import page_deliveries
 from app.webhooks.schemas import DetectorWebhook
-from app.webhooks.service import DetectorWebhooks
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -48,8 +46,7 @@ _BODY = {
 async def detector_webhook(request: Request, container: ContainerDep) -> WebhookAccepted:
     raw = await request.body()
     headers = {k.lower(): v for k, v in request.headers.items()}
-    webhooks = DetectorWebhooks(container.db, forget_service(container))
-    return WebhookAccepted(forget_id=await webhooks.receive(raw, headers))
+    return WebhookAccepted(forget_id=await container.services.webhooks.receive(raw, headers))
 
 
 @router.get("/deliveries", response_model=DeliveryList, summary="Detector-webhook deliveries, newest first")

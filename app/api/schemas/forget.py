@@ -7,9 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api.schemas.common import RequestModel
 from app.api.schemas.memory import KEY_PATTERN, NAMESPACE_PATTERN
+from app.forget.jobs import JobView
 from app.forget.receipts import MemoryReceipt, PendingCall, SessionReceipt
+from app.request_model import RequestModel
 
 Strategy = Literal[
     "selective_replay", "full_reset", "delete_dependents", "no_forget", "memory_delete", "forget_instruction",
@@ -175,3 +176,7 @@ class DeliveryOut(BaseModel):
 class DeliveryList(BaseModel):
     deliveries: list[DeliveryOut]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page")
+
+
+def job_out(view: JobView) -> ForgetJobOut:
+    return ForgetJobOut.model_validate(view, from_attributes=True)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.api.schemas.common import RequestModel
+from app.request_model import RequestModel
 
 # ':' is reserved in namespaces: `POST /v1/memory/{namespace}:batch` must not be ambiguous. Keys may hold ':'.
 NAMESPACE_PATTERN = r"^[^/:\x00-\x1f\x7f]+$"

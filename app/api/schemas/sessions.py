@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.schemas.common import RequestModel
 from app.api.schemas.forget import ForgetJobOut
+from app.request_model import RequestModel
 from app.runtime.tools import BUILTINS
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]

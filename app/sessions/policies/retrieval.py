@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import artifact_search as search_repo
 from app.engine.protocol import TokenSink
 from app.errors import Conflict
 from app.runtime import retrieval
@@ -38,7 +38,7 @@ class RetrievalTurns:
         await retrieval.embed_missing(tx, embedder, row.id)
         vectors = await embedder.embed([b.content for b in blocks])
         preamble_ids, preamble_tokens = retrieval.preamble(t.log)
-        context: list[artifacts_repo.Neighbor] = []
+        context: list[search_repo.Neighbor] = []
         answer = None
         if generate:
             query = vectors[0] if len(blocks) == 1 else (await embedder.embed([retrieval.query_text(blocks)]))[0]
@@ -60,7 +60,7 @@ class RetrievalTurns:
         await write_transition(tx, row, t.turn, records)
         if reply is not None:
             vectors.extend(await embedder.embed([reply.content]))
-        await artifacts_repo.set_embeddings(
+        await search_repo.set_embeddings(
             tx, {a["id"]: v for a, v in zip(records.artifacts, vectors, strict=True)}
         )
         return TurnRun(outcome, records, ToolStep())
@@ -69,7 +69,7 @@ class RetrievalTurns:
         row = t.row
         _, summarized, _ = split_older(live, keep_last_turns)
         sources = [
-            artifacts_repo.Neighbor(r.id, r.kind, r.turn, position, r.content, r.source_ids, 0.0)
+            search_repo.Neighbor(r.id, r.kind, r.turn, position, r.content, r.source_ids, 0.0)
             for position, r in enumerate(summarized)
             if r.kind in retrieval.CONTEXT_KINDS
         ]
@@ -85,5 +85,5 @@ class RetrievalTurns:
         records = records_for(row.tenant_id, row.id, t.turn, t.log, [answer.reply], outcome, parents)
         await write_transition(t.tx, row, t.turn, records)
         summary = records.artifacts[0]
-        await artifacts_repo.set_embeddings(t.tx, {summary["id"]: (await t.embedder.embed([summary["content"]]))[0]})
+        await search_repo.set_embeddings(t.tx, {summary["id"]: (await t.embedder.embed([summary["content"]]))[0]})
         return Summary(summary["id"], summary["content"])
