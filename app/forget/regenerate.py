@@ -35,6 +35,7 @@ from app.ids import new_id
 from app.runtime import retrieval
 from app.runtime.blocks import MODEL_KINDS, Block, render
 from app.runtime.context import Node, union_sources
+from app.runtime.records import artifact_row, edge_row
 from app.runtime.salts import salt_of
 from app.runtime.transition import sampling_for
 
@@ -234,17 +235,13 @@ class _Regeneration:
             offset = end
             original = final.original
             if original is None:
-                self.out.inserted.append({
-                    "id": final.id, "tenant_id": session.tenant_id, "session_id": session.id,
-                    "position": final.position, "kind": final.kind, "turn": final.turn, "content": final.content,
-                    "token_start": start, "token_end": end, "token_ids": final.token_ids,
-                    "source_ids": final.source_ids, "committed": False, "archived_by": None, "meta": final.meta,
-                    "embedding": final.vector,
-                })
-                self.out.edges.extend(
-                    {"session_id": session.id, "parent_id": p, "child_id": final.id, "turn": final.turn}
-                    for p in final.parents
+                row = artifact_row(
+                    id=final.id, tenant_id=session.tenant_id, session_id=session.id, position=final.position,
+                    kind=final.kind, turn=final.turn, content=final.content, token_start=start,
+                    token_ids=final.token_ids, source_ids=final.source_ids, committed=False, meta=final.meta,
                 )
+                self.out.inserted.append({**row, "embedding": final.vector})
+                self.out.edges.extend(edge_row(session.id, p, final.id, final.turn) for p in final.parents)
             elif final.content != original.content or start != original.token_start:
                 update: dict[str, Any] = {
                     "id": final.id, "content": final.content, "token_ids": final.token_ids, "token_start": start,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
+from app.engine.tokens import common_prefix
 from app.errors import PayloadTooLarge
 from app.runtime.blocks import Block, assistant_block
 
@@ -99,16 +100,6 @@ def recipe_of(engine: KVEngine, handle: CacheHandle) -> list[int] | None:
     return engine.chunks(handle) if isinstance(engine, ChunkedEngine) else None
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # the usual case, compared in C
-        return n
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 async def sync(engine: KVEngine, handle: CacheHandle | None, session_key: str, salt: str, log: StoredLog) -> Synced:
     """Bring `handle` (None: this process has none) to the stored log: crop what differs, prefill what is missing
     along the recipe's chunk boundaries, and leave the rest pending. Two processes on one database stay correct
@@ -123,7 +114,7 @@ async def sync(engine: KVEngine, handle: CacheHandle | None, session_key: str, s
             return Synced(opened, log.tokens[covered:], 0)  # the engine rebuilds the recipe on the next call
         return Synced(await engine.open(session_key, salt=salt), list(log.tokens), 0)
     use_salt(engine, handle, salt)
-    common = _common_prefix(handle.tokens, log.tokens)
+    common = common_prefix(handle.tokens, log.tokens)
     if common < len(handle.tokens):
         await engine.crop(handle, common)
     prefilled, position, boundary = 0, common, 0
