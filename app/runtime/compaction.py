@@ -32,6 +32,7 @@ SUMMARIZE: Final = (
     "Summarize our conversation so far in a few sentences. Keep every fact I told you; add nothing else."
 )
 SUMMARY_HEADER: Final = "Summary of the earlier conversation:\n"
+DEFAULT_KEEP_LAST_TURNS: Final = 2  # the turns a compaction keeps verbatim unless the session or request says
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ class Params:
     @classmethod
     def of(cls, config: Mapping[str, Any] | None) -> Params:
         config = config or {}
-        return cls(int(config.get("top_k", 5)), float(config.get("min_similarity", 0.25)))
+        return cls(int(config.get("top_k", cls.top_k)), float(config.get("min_similarity", cls.min_similarity)))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.engine.tokens import common_prefix
@@ -155,6 +155,20 @@ def check_room(engine: KVEngine, log_tokens: int, new_tokens: int, generate: boo
     return limit - log_tokens - new_tokens - closing + 1 if generate else None
 
 
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """What a session samples with where its config leaves a parameter out. The API's schemas take their defaults
+    from here, so a request without the field and a stored config without it mean the same thing."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int = 0
+
+
+SAMPLING_DEFAULTS: Final = SamplingDefaults()
+
+
 def sampling_for(config: Mapping[str, Any], turn: int, room: int | None) -> Sampling:
     """The sampling of transition `turn` under a session's stored sampling config: its seed derives from the session
     seed and the index (assumption A1), and `room` (check_room) caps max_tokens so the closed turn fits the context.
@@ -167,13 +181,13 @@ def sampling_for(config: Mapping[str, Any], turn: int, room: int | None) -> Samp
     override = (config.get("per_turn") or {}).get(str(turn))
     if override:
         config = {**config, **override}
-    max_tokens = int(config.get("max_tokens", 256))
+    max_tokens = int(config.get("max_tokens", SAMPLING_DEFAULTS.max_tokens))
     return Sampling(
-        temperature=float(config.get("temperature", 0.0)),
-        top_p=float(config.get("top_p", 1.0)),
+        temperature=float(config.get("temperature", SAMPLING_DEFAULTS.temperature)),
+        top_p=float(config.get("top_p", SAMPLING_DEFAULTS.top_p)),
         max_tokens=max_tokens if room is None else min(max_tokens, room),
         stop=tuple(config.get("stop", ())),
-        seed=transition_seed(int(config.get("seed", 0)), turn),
+        seed=transition_seed(int(config.get("seed", SAMPLING_DEFAULTS.seed)), turn),
     )
 
 

@@ -27,7 +27,7 @@ from app.engine.protocol import KVEngine, TokenSink
 from app.errors import Conflict, InvalidRequest
 from app.memory.service import write_summary_in
 from app.runtime.blocks import Observation, render
-from app.runtime.compaction import LiveRow, split_older
+from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, records_for
 from app.runtime.transition import Usage
@@ -121,7 +121,7 @@ class Transitions:
         budget = config.get("max_tokens")
         if not budget or row.token_count <= int(budget):
             return
-        keep = int(config.get("keep_last_turns", 2))
+        keep = int(config.get("keep_last_turns", DEFAULT_KEEP_LAST_TURNS))
         live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         try:
             split_older(live, keep)

@@ -8,14 +8,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.schemas.forget import ForgetJobOut
 from app.request_model import RequestModel
+from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS
+from app.runtime.retrieval import Params as RetrievalParams
 from app.runtime.tools import BUILTINS
+from app.runtime.transition import SAMPLING_DEFAULTS
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 
 
 class RetrievalConfig(RequestModel):
-    top_k: int = Field(default=5, ge=1, le=100)
-    min_similarity: float = Field(default=0.25, ge=-1.0, le=1.0)
+    top_k: int = Field(default=RetrievalParams.top_k, ge=1, le=100)
+    min_similarity: float = Field(default=RetrievalParams.min_similarity, ge=-1.0, le=1.0)
 
 
 def _tool_rules(schema: dict[str, Any]) -> None:
@@ -48,10 +51,10 @@ class ToolSpec(RequestModel):
 
 
 class SamplingConfig(RequestModel):
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=256, ge=1, le=4096)
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    temperature: float = Field(default=SAMPLING_DEFAULTS.temperature, ge=0.0, le=2.0)
+    top_p: float = Field(default=SAMPLING_DEFAULTS.top_p, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=SAMPLING_DEFAULTS.max_tokens, ge=1, le=4096)
+    seed: int = Field(default=SAMPLING_DEFAULTS.seed, ge=0, le=2**63 - 1)
     stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=8)
 
 
@@ -59,7 +62,7 @@ class CompactionPolicy(RequestModel):
     max_tokens: int | None = Field(
         default=None, ge=64, description="Compact automatically after a turn that leaves the prompt longer than this"
     )
-    keep_last_turns: int = Field(default=2, ge=0, le=1000)
+    keep_last_turns: int = Field(default=DEFAULT_KEEP_LAST_TURNS, ge=0, le=1000)
     write_back: bool = Field(default=False, description="Also write each summary into the memory namespace")
 
 
@@ -221,7 +224,7 @@ class ArtifactList(BaseModel):
 
 
 class CompactRequest(RequestModel):
-    keep_last_turns: int = Field(default=2, ge=0, le=1000)
+    keep_last_turns: int = Field(default=DEFAULT_KEEP_LAST_TURNS, ge=0, le=1000)
     write_back: bool = False
 
 
