@@ -57,7 +57,8 @@ class Container:
     def __post_init__(self) -> None:
         settings = self.settings
         sessions = SessionService(
-            self.db, self.engine, self.handles, lock_timeout_s=settings.session_lock_timeout_s, embedder=self.embedder
+            self.db, self.engine, self.handles, lock_timeout_s=settings.session_lock_timeout_s,
+            lease_s=settings.session_lease_s, embedder=self.embedder, on_wait=self.metrics.session_waiters.inc,
         )
         forget = ForgetService(
             self.db, self.engine, self.embedder, wait_s=settings.forget_wait_s, wake=self.forget_wake

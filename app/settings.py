@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     session_lock_timeout_s: float = Field(
         default=30.0, gt=0, le=600, description="How long a turn waits for its session before 409 session_busy."
     )
+    session_lease_s: float = Field(
+        default=15.0, ge=1, le=600,
+        description="A turn's or forget's lease on its session, renewed while it works; a dead process's expires.",
+    )
     forget_wait_s: float = Field(
         default=60.0, gt=0, le=600, description="How long POST /v1/forget with wait: true waits before answering 202."
     )

@@ -6,6 +6,8 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -144,11 +146,48 @@ class HeldLock:
         self.release()
 
 
+FOREIGN_LEASE = "another-process:test"
+
+
+@contextmanager
+def held_session(database_url: str, session_id: str, status: str = "running") -> Iterator[None]:
+    """The session leased by "another API process" (what a turn or a forget there holds while it works on it) until
+    the block ends; the lease is long enough never to expire during a test."""
+    taken = sql(
+        database_url,
+        "UPDATE sessions SET lease_owner = $2, lease_expires_at = now() + interval '1 hour', status = $3 "
+        "WHERE id = $1 AND (lease_owner IS NULL OR lease_expires_at <= now()) RETURNING id",
+        session_id, FOREIGN_LEASE, status,
+    )
+    assert taken, f"session {session_id} is held already (or unknown)"
+    try:
+        yield
+    finally:
+        sql(database_url,
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, status = 'idle' "
+            "WHERE id = $1 AND lease_owner = $2", session_id, FOREIGN_LEASE)
+
+
+def waiters(base_url: str) -> int:
+    """Requests the server at `base_url` has waiting for a session another request holds (its /metrics gauge)."""
+    text = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=30).text
+    line = next(x for x in text.splitlines() if x.startswith("lethe_session_waiters "))
+    return int(float(line.split()[1]))
+
+
+def wait_waiting(base_url: str, count: int = 1, limit_s: float = 300) -> None:
+    """Until `count` requests wait for a held session in the server at `base_url`: they are provably parked there."""
+    deadline = time.monotonic() + limit_s
+    while waiters(base_url) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} requests ever waited for a session"
+        time.sleep(POLL_S)
+
+
 def lethe_serve(database_url: str, data_dir: Path, **env: str) -> LetheServer:
     """A second API process on the test database beside the suite's in-process server (call `wait_ready()`).
 
-    Its requests queue for a session in the database, not in the suite server's process: a turn it serves while
-    the other process holds the session is a lock waiter in pg_stat_activity."""
+    Its requests wait for a session's lease in the database, not in the suite server's process: a turn it serves
+    while the other process holds the session is counted in its `lethe_session_waiters` gauge (`wait_waiting`)."""
     return LetheServer(data_dir, None, LETHE_DATABASE_URL=database_url, LETHE_BOOTSTRAP_API_KEY=BOOTSTRAP_KEY, **env)
 
 

@@ -73,6 +73,7 @@ class AgentSession(Base):
     __tablename__ = "sessions"
     __table_args__ = (
         CheckConstraint("context_policy IN ('full', 'retrieval')", name="context_policy"),
+        CheckConstraint("status IN ('idle', 'running', 'forgetting')", name="status"),
         CheckConstraint(
             "checkpoint_policy IN ('every_turn', 'before_injections', 'session_start')", name="checkpoint_policy"
         ),
@@ -85,7 +86,11 @@ class AgentSession(Base):
     # The generation of the session's engine cache salt (app/runtime/salts.py): bumped by a forget whose rebuilt log
     # an extension could take back to the forgotten blocks, so no request reaches them again.
     cache_generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    # What holds the session's lease (app/sessions/locking.py): `running` (a turn, a compaction, a delete) or
+    # `forgetting`; it reads `idle` once the lease is released or expired (sessions_repo.live_status).
     status: Mapped[str] = mapped_column(String(20), nullable=False, default="idle")
+    lease_owner: Mapped[str | None] = mapped_column(String(80))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     system_prompt: Mapped[str | None] = mapped_column(Text)
     memory_namespace: Mapped[str | None] = mapped_column(String(200))
     context_policy: Mapped[str] = mapped_column(String(20), nullable=False, default="full")

@@ -1,8 +1,9 @@
-"""Running a claimed forget job (the worker calls `execute`): each session forgotten under its lock, atomically.
+"""Running a claimed forget job (the worker calls `execute`): each session forgotten under its lease, atomically.
 
-Each session is forgotten inside that session's row lock, in one transaction: the strategy computes the rebuilt state
-aside (in memory), then the swap replaces the old state, bumps the epoch and saves the session's receipt entry, all in
-one commit. A crash before the commit leaves the session as it was and the job claimable again once its lease
+Each session is forgotten under that session's lease (status `forgetting`, app/sessions/locking.py): the target is
+located in a short read, the strategy computes the rebuilt state aside (in memory, no transaction open), then one
+transaction that checks the lease is still the job's swaps the old state out, bumps the epoch and saves the session's
+receipt entry. A crash before the commit leaves the session as it was and the job claimable again once its lease
 expires; a crash after it leaves a receipt entry that the retry skips. So a forget is atomic per session, durable,
 and idempotent.
 
@@ -101,45 +102,48 @@ class ForgetExecutor:
         if target.query is not None:  # embedded before the lock: under it only the SQL similarity query runs
             vector = await locate.embed_query(self.db, self.embedder, session_id, target.query, outputs=outputs)
         try:
-            async with self.sessions.exclusive(job.tenant_id, session_id, self.lock_timeout_s) as (tx, session):
-                if vector is not None and await locate.unembedded(tx, session_id, outputs=outputs):
-                    raise Retry(f"session {session_id} has new observations to embed")
-                found = await locate.find(tx, session, target, vector)
-                if found is None:
-                    return receipt  # not (or no longer) in this session: nothing to forget there
-                check_session(strategy, session)
-                strategy.check(found.located)
-                similar: list[str] = []
-                if outputs and vector is not None:
-                    similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
+            async with self.sessions.leased(job.tenant_id, session_id, "forgetting", self.lock_timeout_s) as lease:
+                session = lease.row
+                async with lease.reads() as tx:
+                    if vector is not None and await locate.unembedded(tx, session_id, outputs=outputs):
+                        raise Retry(f"session {session_id} has new observations to embed")
+                    found = await locate.find(tx, session, target, vector)
+                    if found is None:
+                        return receipt  # not (or no longer) in this session: nothing to forget there
+                    check_session(strategy, session)
+                    strategy.check(found.located)
+                    similar: list[str] = []
+                    if outputs and vector is not None:
+                        similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
+                    checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
                 policy = policy_of(session)
                 work = SessionWork(
-                    tx, self.slot.engine, self.handles, session, found.rows, found.located, found.closure,
-                    await sessions_repo.checkpoints(tx, job.tenant_id, session_id), self.embedder,
-                    provided=dict(receipt.provided), similar=similar,
+                    self.db, self.slot.engine, self.handles, session, found.rows, found.located, found.closure,
+                    checkpoints, self.embedder, provided=dict(receipt.provided), similar=similar,
                 )
-                change = await strategy.apply(work, policy)
-                entry = await swap_in(tx, session, found, change, policy)
-                derived = []
-                if strategy.cleans_derived_memory:
-                    derived = await self._forget_derived_memory(tx, job, found.closure)
-                if strategy.flags_sources:
-                    await sessions_repo.flag_sources(tx, session_id, found.located.sources)
-                rebuilt = change if isinstance(change, Rebuilt) else Rebuilt(from_turn=0)  # no calls: no side effects
-                # The receipt as it will be if this transaction commits (and only then).
-                updated = receipt.model_copy(update={
-                    "sessions": [*receipt.sessions, entry],
-                    "derived_memory": [*receipt.derived_memory, *derived],
-                    "suppressed_side_effects": [
-                        *receipt.suppressed_side_effects, *side_effects(session_id, rebuilt.suppressed)
-                    ],
-                    "committed_side_effects": [
-                        *receipt.committed_side_effects, *side_effects(session_id, rebuilt.committed_dropped)
-                    ],
-                })
-                if await jobs_repo.lock_owned(tx, job.id, owner) is None:
-                    raise LeaseLost(job.id)
-                await jobs_repo.save_receipt(tx, job.id, updated.stored())
+                change = await strategy.apply(work, policy)  # the model work, outside any transaction
+                async with lease.commit() as (tx, locked):
+                    entry = await swap_in(tx, locked, found, change, policy)
+                    derived = []
+                    if strategy.cleans_derived_memory:
+                        derived = await self._forget_derived_memory(tx, job, found.closure)
+                    if strategy.flags_sources:
+                        await sessions_repo.flag_sources(tx, session_id, found.located.sources)
+                    rebuilt = change if isinstance(change, Rebuilt) else Rebuilt(from_turn=0)  # no calls: none
+                    # The receipt as it will be if this transaction commits (and only then).
+                    updated = receipt.model_copy(update={
+                        "sessions": [*receipt.sessions, entry],
+                        "derived_memory": [*receipt.derived_memory, *derived],
+                        "suppressed_side_effects": [
+                            *receipt.suppressed_side_effects, *side_effects(session_id, rebuilt.suppressed)
+                        ],
+                        "committed_side_effects": [
+                            *receipt.committed_side_effects, *side_effects(session_id, rebuilt.committed_dropped)
+                        ],
+                    })
+                    if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                        raise LeaseLost(job.id)
+                    await jobs_repo.save_receipt(tx, job.id, updated.stored())
         except SessionBusy:
             raise Retry(f"session {session_id} is busy") from None
         except NeedsInput:

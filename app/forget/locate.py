@@ -11,7 +11,7 @@ occurrence of the text from the observations holding it and changes nothing else
 whitespace) is dropped. Model outputs are never edited here: they are derived, and the strategy decides their fate.
 
 A semantic query is embedded before anything locks the session (`embed_query`, which also embeds the session's
-observations that have no vector yet, in its own short transaction): under the session's lock only the SQL
+observations that have no vector yet, in its own short transaction): under the session's lease only the SQL
 similarity query runs, so no turn waits on the embedder.
 """
 

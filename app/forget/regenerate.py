@@ -160,10 +160,10 @@ class _Regeneration:
 
     async def _retrieve(self, turn: int, own: Sequence[_Final]) -> list[Neighbor]:
         query = await self._query_vector(own)
-        return await retrieval.retrieve(
-            self.work.tx, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed),
-            fresh=self.fresh,
-        )
+        async with self.work.db.transaction() as tx:
+            return await retrieval.retrieve(
+                tx, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed), fresh=self.fresh,
+            )
 
     async def _query_vector(self, own: Sequence[_Final]) -> list[float]:
         """What the turn's retrieval searched with, as the runtime computes it: one observation's own vector (its

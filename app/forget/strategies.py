@@ -1,4 +1,4 @@
-"""Forget strategies behind one interface: what a forget does to one session, under that session's row lock.
+"""Forget strategies behind one interface: what a forget does to one session, under that session's lease.
 
 Every strategy gets the same `SessionWork` (work.py: the session, its live artifacts, the located target, its
 closure and checkpoints) and the session's context policy (policies.py), and returns one of three changes, which the

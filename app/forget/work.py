@@ -1,13 +1,12 @@
-"""What a strategy works on: one session, under its row lock, with the target located and its closure known."""
+"""What a strategy works on: one session, under its lease, with the target located and its closure known."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.db.models import AgentSession, Artifact, Checkpoint
 from app.db.repositories import tools as tools_repo
+from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.protocol import KVEngine
 from app.forget.closure import ClosureEntry
@@ -24,7 +23,9 @@ Change = Rebuilt | Rewritten | None
 
 @dataclass(frozen=True)
 class SessionWork:
-    tx: AsyncSession  # the session's locked transaction: read what the strategy needs, write nothing
+    # Short read transactions of what the strategy needs (under the lease nothing else writes the session); the
+    # strategy writes nothing: the executor swaps its change in.
+    db: Database
     engine: KVEngine
     handles: HandleRegistry
     session: AgentSession
@@ -46,8 +47,9 @@ class SessionWork:
         fired calls, and the original run's results (A3: identical calls reuse them)."""
         if not self.session.tools:
             return None
-        _, env = await tools_repo.environment(self.tx, self.session.id, before_turn=turn)
-        fired = await tools_repo.fired(self.tx, self.session.id)
+        async with self.db.transaction() as tx:
+            _, env = await tools_repo.environment(tx, self.session.id, before_turn=turn)
+            fired = await tools_repo.fired(tx, self.session.id)
         recorded = {
             str(r.meta["tool_call_id"]): r.content
             for r in self.rows

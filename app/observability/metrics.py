@@ -20,6 +20,10 @@ class Metrics:
         self.http_in_flight = Gauge(
             "lethe_http_requests_in_flight", "HTTP requests being served.", registry=self.registry
         )
+        self.session_waiters = Gauge(
+            "lethe_session_waiters", "Requests of this process waiting for a session another request holds.",
+            registry=self.registry,
+        )
         self.ready = Gauge(
             "lethe_ready", "1 when the database and the engine are ready.", registry=self.registry
         )

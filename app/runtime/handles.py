@@ -28,10 +28,10 @@ class HandleRegistry:
         self._turn_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def turn_lock(self, session_id: str) -> asyncio.Lock:
-        """The process-local lock a session's turns (and deletes, and forgets) queue on. The database row lock is
-        what serializes them; queueing a process's own requests in front of it keeps waiters from each holding a
-        pooled connection while they wait (thirty queued turns would otherwise drain the pool for every other
-        request)."""
+        """The process-local lock a session's turns (and deletes, and forgets) queue on. The session's lease in the
+        database is what serializes them across processes (app/sessions/locking.py); queueing a process's own
+        requests in front of it lets one of them at a time ask the database for the lease instead of all of them
+        polling it."""
         lock = self._turn_locks.get(session_id)
         if lock is None:
             lock = self._turn_locks[session_id] = asyncio.Lock()

@@ -1,26 +1,42 @@
-"""One session, one writer: a bounded wait in this process's queue, then the session row locked in a transaction.
+"""One session, one writer: a session is *leased* to the turn, compaction, delete or forget working on it.
 
-The row lock is what serializes turns (and deletes, and forgets) on a session across every API process on the
-database; it is held for the whole transaction, model call included. Queueing a process's own requests on an
-in-process lock first keeps each waiter from holding a pooled connection while it waits. A waiter past its bound
-gets 409 session_busy.
+The lease (owner, expiry, the epoch it was taken at) is taken in a short transaction and renewed by a heartbeat
+while the work runs; the model call and a forget's replay run outside any database transaction, so no connection is
+held and no transaction stays open (VACUUM, which finally removes forgotten values, is never held back by one). The
+work's writes commit in one transaction that locks the row and checks the lease is still the taker's and the epoch
+the one leased (`Lease.commit`): a holder that stalled past its expiry, and whose session another process took over,
+writes nothing and answers 409. A dead process's lease expires and the next request takes the session over.
+
+Waiting for a session: requests of one process queue on an in-process lock first, so a waiter holds no pooled
+connection and the process asks the database for the lease once; a session leased by another process is polled for
+(with backoff) until the caller's bound, then 409 session_busy.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
+from app.db.repositories import session_leases as leases_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.errors import NotFound, SessionBusy
 from app.runtime.handles import HandleRegistry
 
+log = logging.getLogger(__name__)
+
 DEFAULT_LOCK_TIMEOUT_S = 30.0  # longer than a typical turn, so turns queued behind one another do not fail
+DEFAULT_LEASE_S = 15.0  # how long a dead process keeps its sessions; the heartbeat renews a live one at a third
+POLL_FIRST_S, POLL_MAX_S = 0.02, 0.25  # waiting for another process's lease: backoff between looks
 
 
 async def require(tx: AsyncSession, tenant_id: str, session_id: str) -> AgentSession:
@@ -31,24 +47,76 @@ async def require(tx: AsyncSession, tenant_id: str, session_id: str) -> AgentSes
     return row
 
 
+class LeaseLost(SessionBusy):
+    """The lease ran out and another process took the session over while this one worked: nothing was written."""
+
+
+@dataclass
+class Lease:
+    """A session leased to this process's current work. `row` is the session as last committed under the lease."""
+
+    db: Database
+    row: AgentSession
+    owner: str
+    lost: bool = field(default=False)
+
+    @asynccontextmanager
+    async def commit(self) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
+        """A transaction in which the session is still this lease's: its row locked (for this commit only) and
+        checked to be held by this owner at the epoch leased (LeaseLost otherwise, with nothing written)."""
+        async with self.db.transaction() as tx:
+            row = await leases_repo.lock_held(tx, self.row.id, self.owner)
+            if row is None or row.epoch != self.row.epoch:
+                self.lost = True
+                raise LeaseLost(
+                    f"session {self.row.id!r} was taken over while this request worked on it (its lease expired); "
+                    "nothing was written, retry",
+                    headers={"Retry-After": "2"},
+                )
+            yield tx, row
+        self.row = row
+
+    def reads(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        """A short transaction to read the session's state: under the lease nothing else writes it."""
+        return self.db.transaction()
+
+
 class SessionLocks:
-    def __init__(self, db: Database, handles: HandleRegistry, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        db: Database,
+        handles: HandleRegistry,
+        timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        on_wait: Callable[[int], None] | None = None,
+    ) -> None:
         self.db = db
         self.handles = handles
         self.timeout_s = timeout_s
+        self.lease_s = lease_s
+        self.on_wait = on_wait  # told +1 / -1 as a request starts and stops waiting for a session (a gauge)
+        self.process = f"{os.getpid()}"
 
     @asynccontextmanager
-    async def held(
-        self, tenant_id: str, session_id: str, timeout_s: float | None = None
-    ) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
-        """The session to oneself: its row locked in a transaction that commits on exit (waiting at most
-        `timeout_s`, the service's bound by default, for the queue and the lock together)."""
-        async with self._queued(tenant_id, session_id, timeout_s) as deadline, self.db.transaction() as tx:
-            yield tx, await self._lock(tx, tenant_id, session_id, deadline)
+    async def leased(
+        self, tenant_id: str, session_id: str, status: str = "running", timeout_s: float | None = None
+    ) -> AsyncIterator[Lease]:
+        """The session to oneself for the block (waiting at most `timeout_s`, the service's bound by default, for
+        this process's queue and another process's lease together); the lease is released on exit."""
+        async with self._queued(tenant_id, session_id, timeout_s) as deadline:
+            lease = await self._take(tenant_id, session_id, status, deadline)
+            heartbeat = asyncio.create_task(self._renew(lease))
+            try:
+                yield lease
+            finally:
+                heartbeat.cancel()
+                # Shielded: a request cancelled (its client hung up) still lets the session go at once.
+                await asyncio.shield(self._release(lease))
 
     @asynccontextmanager
     async def _queued(self, tenant_id: str, session_id: str, timeout_s: float | None) -> AsyncIterator[float]:
-        """Wait in this process's queue for the session (bounded); yields the deadline left for the row lock.
+        """Wait in this process's queue for the session (bounded); yields the deadline left for the lease.
 
         Only the session's own tenant queues: another tenant's request on the id answers 404 at once, instead of
         waiting behind (or delaying) the owner's turns and answering 409, which would tell it the session exists."""
@@ -58,7 +126,11 @@ class SessionLocks:
         deadline = asyncio.get_running_loop().time() + bound
         turn_lock = self.handles.turn_lock(session_id)
         try:
-            await asyncio.wait_for(turn_lock.acquire(), bound)
+            if turn_lock.locked():
+                async with self._waiting():
+                    await asyncio.wait_for(turn_lock.acquire(), bound)
+            else:
+                await turn_lock.acquire()
         except TimeoutError:
             raise _busy(session_id) from None
         try:
@@ -66,19 +138,62 @@ class SessionLocks:
         finally:
             turn_lock.release()
 
-    async def _lock(self, tx: AsyncSession, tenant_id: str, session_id: str, deadline: float) -> AgentSession:
-        left = max(0.05, deadline - asyncio.get_running_loop().time())
+    async def _take(self, tenant_id: str, session_id: str, status: str, deadline: float) -> Lease:
+        owner = f"{self.process}:{secrets.token_hex(8)}"  # this process, this piece of work
+        pause = POLL_FIRST_S
+        loop = asyncio.get_running_loop()
+        waiting = contextlib.AsyncExitStack()
+        async with waiting:
+            while True:
+                async with self.db.transaction() as tx:
+                    row = await leases_repo.take(tx, tenant_id, session_id, owner, self.lease_s, status)
+                    if row is None and await sessions_repo.get(tx, tenant_id, session_id) is None:
+                        self._forget_handle_if_gone(await sessions_repo.tenant_of(tx, session_id), session_id)
+                        raise NotFound(f"no session {session_id!r}")
+                if row is not None:
+                    return Lease(self.db, row, owner)
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise _busy(session_id)
+                if pause == POLL_FIRST_S:
+                    await waiting.enter_async_context(self._waiting())
+                await asyncio.sleep(min(pause, left))  # another process holds it: look again, backing off
+                pause = min(pause * 2, POLL_MAX_S)
+
+    def _forget_handle_if_gone(self, tenant: str | None, session_id: str) -> None:
+        # Deleted elsewhere: this process's handle is garbage now. Only then: a request naming another tenant's
+        # session must leave everything of it alone, its cache handle included.
+        if tenant is None:
+            self.handles.pop(session_id)
+
+    async def _renew(self, lease: Lease) -> None:
+        while not lease.lost:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                async with self.db.transaction() as tx:
+                    if not await leases_repo.renew(tx, lease.row.id, lease.owner, self.lease_s):
+                        lease.lost = True  # the commit will refuse; nothing more to renew
+            except Exception as exc:  # a database hiccup: the next beat tries again before the lease runs out
+                log.warning("session lease renewal failed", extra={"session_id": lease.row.id,
+                                                                   "error": type(exc).__name__})
+
+    async def _release(self, lease: Lease) -> None:
         try:
-            row = await sessions_repo.lock(tx, tenant_id, session_id, left)
-        except sessions_repo.LockTimeout:
-            raise _busy(session_id) from None
-        if row is None:
-            # Deleted elsewhere: this process's handle is garbage now. Only then: a request naming another
-            # tenant's session must leave everything of it alone, its cache handle included.
-            if await sessions_repo.tenant_of(tx, session_id) is None:
-                self.handles.pop(session_id)
-            raise NotFound(f"no session {session_id!r}")
-        return row
+            async with self.db.transaction() as tx:
+                await leases_repo.release(tx, lease.row.id, lease.owner)
+        except Exception as exc:  # the lease then expires by itself
+            log.warning("session lease release failed", extra={"session_id": lease.row.id,
+                                                               "error": type(exc).__name__})
+
+    @asynccontextmanager
+    async def _waiting(self) -> AsyncIterator[None]:
+        if self.on_wait is not None:
+            self.on_wait(1)
+        try:
+            yield
+        finally:
+            if self.on_wait is not None:
+                self.on_wait(-1)
 
 
 def _busy(session_id: str) -> SessionBusy:

@@ -1,13 +1,13 @@
 """The session service: the one facade the routers, the OpenAI-compatible layer and the forget service use.
 
 It creates, reads, lists and deletes sessions and answers artifact queries itself; transitions (turns, compactions)
-are turns.py, the session lock is locking.py.
+are turns.py, the session lease is locking.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import pagination
 from app.db.models import AgentSession
 from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import session_leases as leases_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.embeddings import Embedder
@@ -29,7 +30,7 @@ from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import records_for
 from app.runtime.tools import preamble as tool_preamble
-from app.sessions.locking import DEFAULT_LOCK_TIMEOUT_S, SessionLocks, require
+from app.sessions.locking import DEFAULT_LEASE_S, DEFAULT_LOCK_TIMEOUT_S, Lease, SessionLocks, require
 from app.sessions.policies import policy_of
 from app.sessions.turns import Transitions
 from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
@@ -47,12 +48,14 @@ class SessionService:
         handles: HandleRegistry,
         *,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        lease_s: float = DEFAULT_LEASE_S,
         embedder: Embedder | None = None,
+        on_wait: Callable[[int], None] | None = None,
     ) -> None:
         self.db = db
         self.slot = engine
         self.handles = handles
-        self.locks = SessionLocks(db, handles, lock_timeout_s)
+        self.locks = SessionLocks(db, handles, lock_timeout_s, lease_s=lease_s, on_wait=on_wait)
         # Pass the process's shared embedder: a new one loads the model again (only retrieval sessions use it).
         self.transitions = Transitions(self.locks, handles, embedder or Embedder())
 
@@ -110,9 +113,7 @@ class SessionService:
     async def get(self, tenant_id: str, session_id: str) -> SessionView:
         async with self.db.transaction() as tx:
             row = await require(tx, tenant_id, session_id)
-            status = row.status
-            if status == "idle" and await sessions_repo.is_locked(tx, tenant_id, session_id):
-                status = "running"
+            status = (await leases_repo.statuses(tx, [row.id]))[row.id]
             return SessionView(row, status, await _pending(tx, row))
 
     async def page(
@@ -125,30 +126,26 @@ class SessionService:
                 tx, tenant_id, after=after, limit=limit + 1, status=status, context_policy=context_policy
             )
             page = rows[:limit]
-            locked = await sessions_repo.locked_ids(tx, tenant_id, [r.id for r in page if r.status == "idle"])
-            views = [
-                SessionView(row, "running" if row.id in locked else row.status, await _pending(tx, row))
-                for row in page
-            ]
+            statuses = await leases_repo.statuses(tx, [r.id for r in page])
+            views = [SessionView(row, statuses[row.id], await _pending(tx, row)) for row in page]
         positions = [pagination.Position(r.created_at, r.id) for r in rows]
         return views, pagination.next_cursor(positions, limit)
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
-        # Under the session's lock: it waits out a turn in flight rather than racing it.
-        async with self.locks.held(tenant_id, session_id) as (tx, _):
+        # Under the session's lease: it waits out a turn in flight rather than racing it.
+        async with self.locks.leased(tenant_id, session_id, "running") as lease, lease.commit() as (tx, _):
             await sessions_repo.delete_session(tx, tenant_id, session_id)
         handle = self.handles.pop(session_id)
         if handle is not None and self.slot.ready:
             await self.slot.engine.release(handle)
 
-    @asynccontextmanager
-    async def exclusive(
-        self, tenant_id: str, session_id: str, timeout_s: float
-    ) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
-        """The session to oneself, as a turn has it: the row locked in a transaction that commits on exit. A forget
-        runs its whole rebuild inside, so a turn that arrives meanwhile waits and then applies to the new state."""
-        async with self.locks.held(tenant_id, session_id, timeout_s) as held:
-            yield held
+    def leased(
+        self, tenant_id: str, session_id: str, status: str, timeout_s: float
+    ) -> AbstractAsyncContextManager[Lease]:
+        """The session to oneself, as a turn has it (locking.py): a forget takes it with status `forgetting`, runs
+        its whole rebuild under it, and commits its swap with `Lease.commit`; a turn that arrives meanwhile waits
+        and then applies to the new state."""
+        return self.locks.leased(tenant_id, session_id, status, timeout_s)
 
     # -- transitions --------------------------------------------------------------------------------------------
 

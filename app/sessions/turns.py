@@ -1,10 +1,10 @@
-"""Committing transitions: one transition is one unit of work under the session's lock.
+"""Committing transitions: one transition is one unit of work under the session's lease.
 
-Lock the session (locking.py), read the stored log, run F on the engine under the session's context policy
-(policies/), then write its artifacts, provenance edges, checkpoints and the session's counters in the same
-transaction. The row lock is held across the model call, so turns on one session are serialized across every API
-process on the database; if the model call fails nothing is written and this process's cache handle is put back
-before the lock is released.
+Lease the session (locking.py), read the stored log, run F on the engine under the session's context policy
+(policies/) with no transaction open, then write its artifacts, provenance edges, checkpoints and the session's
+counters in one transaction that commits only while the lease is still this request's. The lease serializes turns on
+one session across every API process on the database; if the model call fails nothing is written and this process's
+cache handle is put back before the lease is released.
 
 Transition 0 is the system block and the injected memory records, written at creation without an engine call (the
 first turn prefills them in a call of their own, and a replay does the same, see runtime/transition.py). Transition t
@@ -13,7 +13,8 @@ first turn prefills them in a call of their own, and a replay does the same, see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -31,9 +32,9 @@ from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import TransitionRecords, records_for
 from app.runtime.transition import Usage
-from app.sessions.locking import SessionLocks
+from app.sessions.locking import Lease, SessionLocks
 from app.sessions.policies import policy_of
-from app.sessions.policies.base import Transition, TurnRun
+from app.sessions.policies.base import Transition, TurnRun, Write
 from app.sessions.views import StaleHead, TurnResult
 from app.sessions.writes import write_transition
 from app.tool_calls import ToolCall
@@ -60,74 +61,96 @@ class Transitions:
     ) -> TurnResult:
         """One transition (SessionService.turn); `engine` None: an empty transition, bookkeeping only."""
         blocks = [] if engine is None else [render(engine.chat, o) for o in observations]
-        async with self.locks.held(tenant_id, session_id) as (tx, row):
+        async with self.locks.leased(tenant_id, session_id, "running") as lease:
+            row = lease.row
             if expect_turns is not None and row.turns != expect_turns:
                 raise StaleHead(f"session {session_id!r} moved on: {row.turns} transitions, expected {expect_turns}")
             turn = row.turns + 1
             if sampling and engine is not None:
                 per_turn = {**(row.sampling.get("per_turn") or {}), str(turn): dict(sampling)}
-                row.sampling = {**row.sampling, "per_turn": per_turn}
-                await sessions_repo.set_sampling(tx, row.id, row.sampling)
-            answered = await _check_tool_results(tx, row, observations)
-            log = await artifacts_repo.load_log(tx, session_id)
+                row.sampling = {**row.sampling, "per_turn": per_turn}  # what this transition samples with
+            async with lease.reads() as tx:
+                answered = await _check_tool_results(tx, row, observations)
+                log = await artifacts_repo.load_log(tx, session_id)
             policy = policy_of(row)
+            run = None
+            write: Write
             if engine is None:
                 records = records_for(tenant_id, session_id, turn, log, [], None, policy.context)
-                await write_transition(tx, row, turn, records)
-                run = None
+
+                async def write_empty(tx: AsyncSession, locked: AgentSession) -> None:
+                    await write_transition(tx, locked, turn, records)
+
+                write = write_empty
             else:
-                t = Transition(tx, row, turn, log, engine, self.handles, self.embedder)
+                t = Transition(lease.db, row, turn, log, engine, self.handles, self.embedder)
                 run = await policy.run_turn(t, blocks, generate, on_tokens, reply_id)
-                records = run.records
-            await _commit_client_calls(tx, row, answered)
+                records, write = run.records, run.write
+            async with self._committing(lease) as (tx, locked):
+                if row.sampling != locked.sampling:
+                    await sessions_repo.set_sampling(tx, locked.id, row.sampling)
+                await write(tx, locked)
+                await _commit_client_calls(tx, locked, answered)
             if engine is not None:
-                await self._auto_compact(tx, engine, row)
-        return _result(turn, row.epoch, records, run)
+                await self._auto_compact(lease, engine)
+        return _result(turn, lease.row.epoch, records, run)
 
     async def compact(
         self, engine: KVEngine, tenant_id: str, session_id: str, *, keep_last_turns: int, write_back: bool
     ) -> tuple[AgentSession, str]:
         """A compaction transition (SessionService.compact): the session row after it, and the summary's id."""
-        async with self.locks.held(tenant_id, session_id) as (tx, row):
-            summary_id = await self._compact_locked(tx, engine, row, keep_last_turns, write_back)
-        return row, summary_id
+        async with self.locks.leased(tenant_id, session_id, "running") as lease:
+            summary_id = await self._compact_leased(lease, engine, keep_last_turns, write_back)
+        return lease.row, summary_id
 
-    async def _compact_locked(
-        self, tx: AsyncSession, engine: KVEngine, row: AgentSession, keep_last_turns: int, write_back: bool
-    ) -> str:
-        """The compaction transition, inside the caller's locked transaction."""
+    async def _compact_leased(self, lease: Lease, engine: KVEngine, keep_last_turns: int, write_back: bool) -> str:
+        """The compaction transition, under the caller's lease."""
+        row = lease.row
         if write_back and row.memory_namespace is None:
             raise Conflict("write_back needs the session's memory_namespace")
-        log = await artifacts_repo.load_log(tx, row.id)
-        live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
+        async with lease.reads() as tx:
+            log = await artifacts_repo.load_log(tx, row.id)
+            live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         split_older(live, keep_last_turns)  # 409 before any model work: nothing to compact
-        t = Transition(tx, row, row.turns + 1, log, engine, self.handles, self.embedder)
+        t = Transition(lease.db, row, row.turns + 1, log, engine, self.handles, self.embedder)
         summary = await policy_of(row).compact(t, live, keep_last_turns)
-        if write_back:
-            assert row.memory_namespace is not None
-            try:
+        async with self._committing(lease) as (tx, locked):
+            await summary.write(tx, locked)
+            if write_back:
+                assert locked.memory_namespace is not None
                 await write_summary_in(
-                    tx, row.tenant_id, row.memory_namespace, f"summary.{row.id}", summary.text,
-                    {"session_id": row.id, "artifact_id": summary.artifact_id},
+                    tx, locked.tenant_id, locked.memory_namespace, f"summary.{locked.id}", summary.text,
+                    {"session_id": locked.id, "artifact_id": summary.artifact_id},
                 )
-            except BaseException:
-                self.handles.pop(row.id)  # the cache may hold the compacted prompt, which will not commit
-                raise
         return summary.artifact_id
 
-    async def _auto_compact(self, tx: AsyncSession, engine: KVEngine, row: AgentSession) -> None:
-        """Over the session's token budget (`compaction.max_tokens`), compact as the next transition."""
+    @asynccontextmanager
+    async def _committing(self, lease: Lease) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
+        """The lease's commit; if it does not happen, this process's cache handle may be ahead of the database
+        (it holds the transition's tokens), so it is dropped and the next turn rebuilds it."""
+        try:
+            async with lease.commit() as held:
+                yield held
+        except BaseException:
+            self.handles.pop(lease.row.id)
+            raise
+
+    async def _auto_compact(self, lease: Lease, engine: KVEngine) -> None:
+        """Over the session's token budget (`compaction.max_tokens`), compact as the next transition, under the
+        same lease."""
+        row = lease.row
         config = row.compaction or {}
         budget = config.get("max_tokens")
         if not budget or row.token_count <= int(budget):
             return
         keep = int(config.get("keep_last_turns", DEFAULT_KEEP_LAST_TURNS))
-        live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
+        async with lease.reads() as tx:
+            live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         try:
             split_older(live, keep)
         except Conflict:
             return  # everything left is kept: nothing older to fold in yet
-        await self._compact_locked(tx, engine, row, keep, bool(config.get("write_back")))
+        await self._compact_leased(lease, engine, keep, bool(config.get("write_back")))
 
 
 async def _check_tool_results(tx: AsyncSession, row: AgentSession, observations: Sequence[Observation]) -> list[str]:

@@ -12,7 +12,7 @@ import httpx
 from app.db.embedded import start_embedded_postgres
 from bench.serve import LetheServer
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, user, wait_job
-from tests.support import BOOTSTRAP_KEY, HeldLock, lethe_serve, sql
+from tests.support import BOOTSTRAP_KEY, HeldLock, lethe_serve, sql, wait_waiting
 
 SAMPLING = {"temperature": 0, "max_tokens": 8, "seed": 5}  # short replies: the barriers, not slowness, force the races
 SECRET = "passport X1234567"
@@ -35,7 +35,7 @@ def parked_at_its_swap(database_url: str, artifact_id: str) -> HeldLock:
 def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(
     client: httpx.Client, database_url: str, tmp_path: Path
 ) -> None:
-    """The late turn goes to the API process that is not running the forget, so it queues for the session in
+    """The late turn goes to the API process that is not running the forget, so it waits for the session's lease in
     PostgreSQL (within one process it would queue in that process first) and is seen waiting for the forget."""
     session_id, ids = run_script(client, SCRIPT, SAMPLING)
     other = lethe_serve(database_url, tmp_path)
@@ -45,6 +45,7 @@ def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(
         with parked_at_its_swap(database_url, ids[0][0]) as swap:
             job = forget(client, {"artifact_id": ids[0][0]})
             swap.wait_blocked(1)  # the forget holds the session and has replayed; its swap waits for the test
+            assert client.get(f"/v1/sessions/{session_id}").json()["status"] == "forgetting"
             owner = sql(database_url, "SELECT lease_owner FROM forget_jobs WHERE id = $1", job["id"])[0]
             late_url = str(client.base_url) if f":{other.proc.pid}:" in owner["lease_owner"] else other.url
 
@@ -55,7 +56,7 @@ def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(
 
             thread = threading.Thread(target=late_turn)
             thread.start()
-            swap.wait_blocked(2)  # the late turn waits for the session row the parked forget holds
+            wait_waiting(late_url)  # the late turn waits for the session the parked forget holds
         done = wait_job(client, job["id"])
         thread.join(timeout=240)
     finally:
@@ -93,7 +94,7 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
     headers = {"Authorization": f"Bearer {BOOTSTRAP_KEY}"}
     # The only worker on its database, so no other takes the job over while it runs; a short lease lets the
     # restarted one take it over within seconds of the crash.
-    lease = {"LETHE_FORGET_LEASE_S": "2", "LETHE_FORGET_POLL_S": "0.2"}
+    lease = {"LETHE_FORGET_LEASE_S": "2", "LETHE_FORGET_POLL_S": "0.2", "LETHE_SESSION_LEASE_S": "2"}
     first = lethe_serve(database_url, tmp_path, **lease)
     second: LetheServer | None = None
     try:
@@ -107,6 +108,8 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
                 assert f":{first.proc.pid}:" in owner["lease_owner"]  # the only worker on this database
                 first.kill()
         assert sql(database_url, "SELECT status FROM forget_jobs WHERE id = $1", job["id"])[0]["status"] == "running"
+        # the dead process's lease on the session is still there (it expires on its own)
+        assert sql(database_url, "SELECT status FROM sessions WHERE id = $1", session_id)[0]["status"] == "forgetting"
         # the session is exactly as it was: nothing of the half-done forget committed
         assert sql(database_url, "SELECT epoch FROM sessions WHERE id = $1", session_id)[0]["epoch"] == 0
         holding = "SELECT count(*) AS n FROM artifacts WHERE session_id = $1 AND strpos(content, $2) > 0"

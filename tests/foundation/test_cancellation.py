@@ -1,9 +1,9 @@
 """A client that hangs up stops its generation, and the turn it abandoned writes nothing.
 
 Each test starts a reply that would run for minutes (the tiny model counting to 10000, up to 4096 tokens), hangs up
-while it provably runs (after its first streamed token; or, without a stream, once the turn holds its session row
-lock, seen in pg_stat_activity), then asks for another turn on the same session. That turn must be answered within
-the session lock bound (30 s, far below the abandoned reply's length) and be the session's first turn: the abandoned
+while it provably runs (after its first streamed token; or, without a stream, once the turn holds its session
+lease, seen in its row), then asks for another turn on the same session. That turn must be answered within
+the session's wait bound (30 s, far below the abandoned reply's length) and be the session's first turn: the abandoned
 generation stopped, and nothing of it was committed.
 """
 
@@ -14,7 +14,6 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-import asyncpg
 import httpx
 
 from tests.support import BOOTSTRAP_KEY, sql
@@ -64,12 +63,9 @@ def test_a_disconnected_plain_request_stops_its_generation(client: httpx.Client,
 
 
 def _wait_for_the_turn_to_hold_its_session(database_url: str, session_id: str) -> None:
-    """A barrier, not a sleep: the turn's transaction has locked the session row (it is past every check)."""
+    """A barrier, not a sleep: the turn has taken its session's lease (it is inside the turn)."""
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            sql(database_url, "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE NOWAIT", session_id)
-        except asyncpg.LockNotAvailableError:
-            return
+    held = "SELECT 1 FROM sessions WHERE id = $1 AND lease_owner IS NOT NULL AND status = 'running'"
+    while not sql(database_url, held, session_id):
+        assert time.monotonic() < deadline, "the turn never took its session"
         time.sleep(0.05)  # polling another process's state until the barrier holds
-    raise AssertionError("the turn never locked its session")

@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
@@ -19,7 +18,7 @@ from app.tenants.service import TenantService
 from tests.conftest import LiveServer
 from tests.forget.forget_helpers import wait_job
 from tests.forget.test_webhook import headers as signed_headers
-from tests.support import problem
+from tests.support import held_session, problem, sql
 
 
 @pytest.fixture
@@ -68,25 +67,32 @@ def test_sessions_page_newest_first_and_filter(fresh_tenant: httpx.Client, other
     assert not {s["id"] for s in foreign} & set(made)
 
 
-def test_a_session_held_by_a_transaction_lists_as_running(fresh_tenant: httpx.Client, database_url: str) -> None:
-    held, free = (fresh_tenant.post("/v1/sessions", json={}).json()["id"] for _ in range(2))
-
-    async def while_locked() -> tuple[list[str], list[str]]:
-        conn = await asyncpg.connect(database_url)
-        try:
-            async with conn.transaction():
-                await conn.execute("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", held)
-                running = await asyncio.to_thread(fresh_tenant.get, "/v1/sessions", params={"status": "running"})
-                idle = await asyncio.to_thread(fresh_tenant.get, "/v1/sessions", params={"status": "idle"})
-        finally:
-            await conn.close()
-        return [s["id"] for s in running.json()["sessions"]], [s["id"] for s in idle.json()["sessions"]]
-
-    running, idle = asyncio.run(while_locked())
-    assert running == [held]
-    assert idle == [free]
+def test_a_leased_session_lists_with_what_holds_it(fresh_tenant: httpx.Client, database_url: str) -> None:
+    running, forgetting, free = (fresh_tenant.post("/v1/sessions", json={}).json()["id"] for _ in range(3))
+    with held_session(database_url, running), held_session(database_url, forgetting, "forgetting"):
+        listed = {
+            status: [s["id"] for s in fresh_tenant.get("/v1/sessions", params={"status": status}).json()["sessions"]]
+            for status in ("running", "forgetting", "idle")
+        }
+        one = fresh_tenant.get(f"/v1/sessions/{forgetting}").json()
+    assert listed == {"running": [running], "forgetting": [forgetting], "idle": [free]}
+    assert one["status"] == "forgetting"
     everything = fresh_tenant.get("/v1/sessions").json()["sessions"]
-    assert {s["id"]: s["status"] for s in everything} == {held: "idle", free: "idle"}
+    assert {s["id"]: s["status"] for s in everything} == {running: "idle", forgetting: "idle", free: "idle"}
+
+
+def test_an_expired_lease_reads_idle(fresh_tenant: httpx.Client, database_url: str) -> None:
+    """A lease whose holder died (it was never released) stops counting once it expires."""
+    sid = fresh_tenant.post("/v1/sessions", json={}).json()["id"]
+    sql(database_url, "UPDATE sessions SET lease_owner = 'dead:1', lease_expires_at = now() - interval '1 second', "
+                      "status = 'running' WHERE id = $1", sid)
+    assert fresh_tenant.get(f"/v1/sessions/{sid}").json()["status"] == "idle"
+    assert sid in [s["id"] for s in fresh_tenant.get("/v1/sessions", params={"status": "idle"}).json()["sessions"]]
+    hello = {"inputs": [{"type": "user", "content": "Hi"}], "generate": False}
+    taken = fresh_tenant.post(f"/v1/sessions/{sid}/turns", json=hello)
+    assert taken.status_code == 200, taken.text  # the next request takes the session over
+    after = sql(database_url, "SELECT lease_owner, status FROM sessions WHERE id = $1", sid)[0]
+    assert (after["lease_owner"], after["status"]) == (None, "idle")  # and let it go
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
 
-import asyncpg
 import openai
 import pytest
 
@@ -16,6 +14,7 @@ from app.openai_compat.endpoints import get_compat
 from app.openai_compat.service import CompatService
 from app.sessions.service import SessionService
 from tests.openai_compat.conftest import sdk
+from tests.support import held_session
 
 LiveServer = Any
 
@@ -118,22 +117,10 @@ def test_a_busy_conversation_is_a_409(
     conv = oai.conversations.create()
     session = conv.to_dict()["lethe_session_id"]
 
-    async def while_held() -> openai.ConflictError:
-        conn = await asyncpg.connect(database_url)
-        try:
-            async with conn.transaction():
-                # What a forget (or a turn in another process) holds while it works on the session: the request
-                # provably waits behind it, then gives up after the bound.
-                await conn.execute("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", session)
-                try:
-                    await asyncio.to_thread(oai.responses.create, model=model, conversation=conv.id, input="hi",
-                                            max_output_tokens=2)
-                except openai.ConflictError as exc:
-                    return exc
-                raise AssertionError("the held session answered")
-        finally:
-            await conn.close()
-
-    busy = asyncio.run(while_held())
+    # What a forget (or a turn in another process) holds while it works on the session: the request waits behind
+    # it, then gives up after the bound.
+    with held_session(database_url, session), pytest.raises(openai.ConflictError) as raised:
+        oai.responses.create(model=model, conversation=conv.id, input="hi", max_output_tokens=2)
+    busy = raised.value
     assert busy.code == "session_busy" and busy.response.headers["Retry-After"] == "2"
     assert oai.responses.create(model=model, conversation=conv.id, input="hi", max_output_tokens=2).output

@@ -14,7 +14,7 @@ import httpx
 from app.embeddings import Embedder
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
-from tests.support import HeldLock, lethe_serve, problem, sql, wait_in_flight
+from tests.support import HeldLock, lethe_serve, problem, sql, wait_waiting
 
 PARIS = "I live in Paris."
 
@@ -179,7 +179,7 @@ def test_turns_racing_a_forget_never_keep_what_it_removed(client: httpx.Client, 
         swap.wait_blocked()
         for thread in threads:
             thread.start()
-        wait_in_flight(client, 2)
+        wait_waiting(str(client.base_url), 2)  # both turns wait for the session the parked forget holds
     for thread in threads:
         thread.join()
     job = wait_job(client, submitted.json()["id"])

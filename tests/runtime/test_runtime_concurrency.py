@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
@@ -18,7 +17,7 @@ from app.engine.protocol import CacheHandle
 from app.sessions.service import SessionService
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import BOOTSTRAP_KEY, problem
+from tests.support import BOOTSTRAP_KEY, held_session, problem
 
 
 def test_concurrent_turns_on_one_session_never_interleave(client: httpx.Client, live_server: LiveServer) -> None:
@@ -61,24 +60,14 @@ def test_a_held_session_answers_409_session_busy_after_the_bound(
 ) -> None:
     sid = create_session(client)
 
-    async def while_held() -> tuple[httpx.Response, httpx.Response, dict[str, Any]]:
-        conn = await asyncpg.connect(database_url)
-        try:
-            async with conn.transaction():
-                # What a forget (or a turn in another process) holds while it works on the session.
-                await conn.execute("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", sid)
-                busy = await asyncio.to_thread(client.post, f"/v1/sessions/{sid}/turns", json={"inputs": [user("hi")]})
-                gone = await asyncio.to_thread(client.delete, f"/v1/sessions/{sid}")
-                state = (await asyncio.to_thread(client.get, f"/v1/sessions/{sid}")).json()
-        finally:
-            await conn.close()
-        return busy, gone, state
-
-    busy, gone, state = asyncio.run(while_held())
+    with held_session(database_url, sid):  # what a forget (or a turn in another process) holds while it works
+        busy = client.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("hi")]})
+        gone = client.delete(f"/v1/sessions/{sid}")
+        state = client.get(f"/v1/sessions/{sid}").json()
     body = problem(busy, 409)
     assert body["type"].endswith("session_busy") and busy.headers["Retry-After"] == "2"
     problem(gone, 409)
-    assert state["status"] == "running"  # reads never wait for the lock; they see that it is held
+    assert state["status"] == "running"  # reads never wait for the lease; they see that it is held
     assert turn(client, sid, user("hi"))["turn"] == 1 and session(client, sid)["status"] == "idle"
 
 

@@ -1,8 +1,9 @@
 """A forget's swap: the writes that replace a session's contaminated state with its rebuilt one.
 
-Run in the session's locked transaction, after the rebuilt state was computed aside; everything here commits with
-the job's receipt entry or not at all. Two shapes: a suffix of transitions replaced (a replay), or artifacts
-rewritten in place (deleted, updated, inserted: a rewrite or a retrieval session's regeneration).
+Run in the commit of the session's lease (the row locked, the lease checked), after the rebuilt state was computed
+aside; everything here commits with the job's receipt entry or not at all. Two shapes: a suffix of transitions
+replaced (a replay), or artifacts rewritten in place (deleted, updated, inserted: a rewrite or a retrieval session's
+regeneration).
 """
 
 from __future__ import annotations

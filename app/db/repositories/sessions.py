@@ -5,25 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, delete, func, literal, or_, select, true, tuple_, update
+from sqlalchemy import ColumnElement, delete, func, literal, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Checkpoint
+from app.db.repositories.session_leases import live_status
 from app.ids import new_id
 from app.pagination import Position
-
-LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout expiry
-
-
-class LockTimeout(Exception):
-    """The session row stayed locked (a turn or a forget on it) longer than the caller's bound."""
-
-
-def _sqlstate(error: DBAPIError) -> str | None:
-    state = getattr(error.orig, "sqlstate", None) or getattr(getattr(error.orig, "__cause__", None), "sqlstate", None)
-    return state if isinstance(state, str) else None
 
 
 async def create(db: AsyncSession, **values: Any) -> AgentSession:
@@ -36,37 +25,6 @@ async def create(db: AsyncSession, **values: Any) -> AgentSession:
 async def get(db: AsyncSession, tenant_id: str, session_id: str) -> AgentSession | None:
     stmt = select(AgentSession).where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
     return (await db.execute(stmt)).scalar_one_or_none()
-
-
-async def lock(db: AsyncSession, tenant_id: str, session_id: str, timeout_s: float) -> AgentSession | None:
-    """Lock the session row for the rest of the transaction, waiting at most `timeout_s` (LockTimeout after).
-
-    The row lock is what serializes turns (and forgets) on one session across every API process on the database;
-    `lock_timeout` is set for this transaction only, so a pooled connection keeps its default."""
-    await db.execute(select(func.set_config("lock_timeout", f"{max(1, int(timeout_s * 1000))}ms", True)))
-    stmt = (
-        select(AgentSession)
-        .where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    try:
-        return (await db.execute(stmt)).scalar_one_or_none()
-    except DBAPIError as exc:
-        if _sqlstate(exc) == LOCK_NOT_AVAILABLE:
-            raise LockTimeout(session_id) from exc
-        raise
-
-
-async def is_locked(db: AsyncSession, tenant_id: str, session_id: str) -> bool:
-    """Whether a transaction holds the row lock now (a turn or forget in flight, in any process). FOR KEY SHARE
-    conflicts only with FOR UPDATE, and SKIP LOCKED never waits: the probe cannot delay the turn it observes."""
-    stmt = (
-        select(AgentSession.id)
-        .where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
-        .with_for_update(key_share=True, skip_locked=True)
-    )
-    return (await db.execute(stmt)).scalar_one_or_none() is None
 
 
 async def record_transition(db: AsyncSession, session_id: str, *, turns: int, token_count: int) -> None:
@@ -158,15 +116,6 @@ def _older_than(after: Position | None) -> ColumnElement[bool]:
     return tuple_(AgentSession.created_at, AgentSession.id) < tuple_(literal(after.created_at), literal(after.id))
 
 
-def _unlocked(tenant_id: str) -> Select[str]:
-    """The tenant's sessions no transaction holds (the probe of `is_locked`, as a subquery: it never waits)."""
-    return (
-        select(AgentSession.id)
-        .where(AgentSession.tenant_id == tenant_id)
-        .with_for_update(key_share=True, skip_locked=True)
-    )
-
-
 async def page(
     db: AsyncSession,
     tenant_id: str,
@@ -176,29 +125,12 @@ async def page(
     status: str | None = None,
     context_policy: str | None = None,
 ) -> list[AgentSession]:
-    """Up to `limit` sessions, newest first, older than `after`. `running` counts a locked idle row (a turn or a
-    forget in flight), as `get` reports it."""
+    """Up to `limit` sessions, newest first, older than `after`; `status` filters on the live status (a lease that
+    expired reads `idle`), as `get` reports it."""
     stmt = select(AgentSession).where(AgentSession.tenant_id == tenant_id, _older_than(after))
     if context_policy is not None:
         stmt = stmt.where(AgentSession.context_policy == context_policy)
-    if status == "idle":
-        stmt = stmt.where(AgentSession.status == "idle", AgentSession.id.in_(_unlocked(tenant_id)))
-    elif status == "running":
-        stmt = stmt.where(
-            or_(
-                AgentSession.status == "running",
-                and_(AgentSession.status == "idle", AgentSession.id.not_in(_unlocked(tenant_id))),
-            )
-        )
-    elif status is not None:
-        stmt = stmt.where(AgentSession.status == status)
+    if status is not None:
+        stmt = stmt.where(live_status() == status)
     stmt = stmt.order_by(AgentSession.created_at.desc(), AgentSession.id.desc()).limit(limit)
     return list((await db.execute(stmt)).scalars())
-
-
-async def locked_ids(db: AsyncSession, tenant_id: str, ids: Sequence[str]) -> set[str]:
-    """Which of `ids` a transaction holds now (one probe for a whole page, never waiting)."""
-    if not ids:
-        return set()
-    stmt = _unlocked(tenant_id).where(AgentSession.id.in_(list(ids)))
-    return set(ids) - set((await db.execute(stmt)).scalars())

@@ -7,7 +7,7 @@ each policy is app/runtime/context.py; each policy here carries its context obje
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
 from app.db.repositories.artifacts import LogEntry
+from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.protocol import KVEngine, TokenSink
 from app.runtime.blocks import Block
@@ -25,13 +26,18 @@ from app.runtime.records import TransitionRecords
 from app.runtime.tooling import ToolStep
 from app.runtime.transition import Outcome
 
+# A transition's writes, run by the caller in the commit that checks the session is still leased to it: the
+# transaction, and the session row locked in it.
+Write = Callable[[AsyncSession, AgentSession], Awaitable[None]]
+
 
 @dataclass(frozen=True)
 class Transition:
-    """Transition `turn` of a session in progress: its locked row in the open transaction, the stored log it
-    starts from, and what runs it (this process's engine, cache handles and embedder)."""
+    """Transition `turn` of a leased session: the session as leased, the stored log it starts from, the database
+    to read from (short transactions: under the lease nothing else writes the session), and what runs it (this
+    process's engine, cache handles and embedder). No transaction is open while it runs."""
 
-    tx: AsyncSession
+    db: Database
     row: AgentSession
     turn: int
     log: list[LogEntry]
@@ -43,14 +49,16 @@ class Transition:
 @dataclass(frozen=True)
 class TurnRun:
     outcome: Outcome
-    records: TransitionRecords  # written by the time run_turn returns
+    records: TransitionRecords
     step: ToolStep  # what the reply's tool calls did
+    write: Write  # the transition's artifacts, edges, checkpoints and tool ledger
 
 
 @dataclass(frozen=True)
 class Summary:
     artifact_id: str
     text: str
+    write: Write  # the compaction transition
 
 
 class TurnPolicy(Protocol):
@@ -60,12 +68,12 @@ class TurnPolicy(Protocol):
     async def run_turn(
         self, t: Transition, blocks: list[Block], generate: bool, on_tokens: TokenSink | None, reply_id: str | None
     ) -> TurnRun:
-        """Run the transition on the engine and write it (in `t.tx`)."""
+        """Run the transition on the engine; what it writes is the returned run's `write`."""
         ...
 
     async def compact(self, t: Transition, live: Sequence[LiveRow], keep_last_turns: int) -> Summary:
-        """Run and write a compaction transition that folds all but the last `keep_last_turns` turns of `live`
-        into a summary (the caller checked there is something to fold)."""
+        """Run a compaction transition that folds all but the last `keep_last_turns` turns of `live` into a
+        summary (the caller checked there is something to fold); what it writes is the summary's `write`."""
         ...
 
 

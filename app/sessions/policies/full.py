@@ -37,52 +37,61 @@ class FullTurns:
         stored = stored_log(t.log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in blocks), generate)
         sampling = sampling_for(row.sampling, t.turn, room) if generate else None
+        async with t.db.transaction() as tx:
+            tools = await _tool_context(tx, row)
         synced = await sync(engine, t.handles.get(row.id), row.id, salt_of(row), stored)
         t.handles.put(row.id, synced.handle)
         try:
-            tools = await _tool_context(t.tx, row)
             sources = frozenset(s for entry in t.log for s in entry.source_ids)
             outcome, step = await advance_with_tools(
                 engine, synced, blocks, sampling, tools, t.turn, sources, on_tokens
             )
-            records = records_for(
-                row.tenant_id, row.id, t.turn, t.log, outcome.blocks, outcome, self.context,
-                reply_keep_ids(outcome, reply_id),
-            )
-            await write_transition(t.tx, row, t.turn, records)
-            if tools is not None:
-                await tools_repo.record_fired(t.tx, row.id, step.fired_now)
-                if step.env_changed:
-                    await tools_repo.save_environment(t.tx, row.id, t.turn, tools.env)
-                await tools_repo.link_checkpoints(t.tx, row.id, t.turn - 1)
         except BaseException:
-            # Nothing of the transition is written; crop the handle back while the row lock still keeps every other
-            # turn of this session away from it. (A failed commit after this point leaves the handle ahead of the
-            # database: the next turn's sync crops it.)
+            # Nothing of the transition is written; crop the handle back while the lease still keeps every other
+            # turn of this session away from it. (A commit that fails after this point leaves the handle ahead of
+            # the database: the caller drops it.)
             try:
                 await rewind(engine, synced.handle, len(stored.tokens))
             except Exception:
                 t.handles.pop(row.id)  # a handle in doubt is dropped; the next turn rebuilds from the database
             raise
-        return TurnRun(outcome, records, step)
+        records = records_for(
+            row.tenant_id, row.id, t.turn, t.log, outcome.blocks, outcome, self.context,
+            reply_keep_ids(outcome, reply_id),
+        )
+
+        async def write(tx: AsyncSession, locked: AgentSession) -> None:
+            await write_transition(tx, locked, t.turn, records)
+            if tools is not None:
+                await tools_repo.record_fired(tx, locked.id, step.fired_now)
+                if step.env_changed:
+                    await tools_repo.save_environment(tx, locked.id, t.turn, tools.env)
+                await tools_repo.link_checkpoints(tx, locked.id, t.turn - 1)
+
+        return TurnRun(outcome, records, step, write)
 
     async def compact(self, t: Transition, live: Sequence[LiveRow], keep_last_turns: int) -> Summary:
         engine, row = t.engine, t.row
         stored = stored_log(t.log)
         room = summary_room(engine, len(stored.tokens))
+        async with t.db.transaction() as tx:
+            next_position = await artifacts_repo.max_position(tx, row.id) + 1
         synced = await sync(engine, t.handles.get(row.id), row.id, salt_of(row), stored)
         t.handles.put(row.id, synced.handle)
         try:
             done = await compact(
                 engine, synced, live, tenant_id=row.tenant_id, session_id=row.id, turn=t.turn,
                 sampling=sampling_for(row.sampling, t.turn, room), keep_last_turns=keep_last_turns,
-                next_position=await artifacts_repo.max_position(t.tx, row.id) + 1,
+                next_position=next_position,
             )
-            await write_compaction(t.tx, row, t.turn, done)
         except BaseException:
-            t.handles.pop(row.id)  # the cache may hold the compacted prompt that did not commit
+            t.handles.pop(row.id)  # the cache may hold part of the compacted prompt
             raise
-        return Summary(done.summary_id, done.summary)
+
+        async def write(tx: AsyncSession, locked: AgentSession) -> None:
+            await write_compaction(tx, locked, t.turn, done)
+
+        return Summary(done.summary_id, done.summary, write)
 
 
 async def _tool_context(tx: AsyncSession, row: AgentSession) -> ToolContext | None:

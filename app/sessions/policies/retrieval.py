@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AgentSession
 from app.db.repositories import artifact_search as search_repo
 from app.engine.protocol import TokenSink
 from app.errors import Conflict
@@ -34,15 +37,17 @@ class RetrievalTurns:
         self, t: Transition, blocks: list[Block], generate: bool, on_tokens: TokenSink | None, reply_id: str | None
     ) -> TurnRun:
         """Store the observations, and answer them from the preamble and the messages retrieved for them."""
-        tx, row, embedder = t.tx, t.row, t.embedder
-        await retrieval.embed_missing(tx, embedder, row.id)
+        row, embedder = t.row, t.embedder
+        async with t.db.transaction() as tx:
+            await retrieval.embed_missing(tx, embedder, row.id)
         vectors = await embedder.embed([b.content for b in blocks])
         preamble_ids, preamble_tokens = retrieval.preamble(t.log)
         context: list[search_repo.Neighbor] = []
         answer = None
         if generate:
             query = vectors[0] if len(blocks) == 1 else (await embedder.embed([retrieval.query_text(blocks)]))[0]
-            context = await retrieval.retrieve(tx, row.id, query, retrieval.Params.of(row.retrieval), t.turn)
+            async with t.db.transaction() as tx:
+                context = await retrieval.retrieve(tx, row.id, query, retrieval.Params.of(row.retrieval), t.turn)
             answer = await retrieval.respond(
                 t.engine, t.handles, row.id, salt_of(row), preamble_tokens, context, blocks,
                 lambda room: sampling_for(row.sampling, t.turn, room), on_tokens,
@@ -57,13 +62,15 @@ class RetrievalTurns:
         records = records_for(
             row.tenant_id, row.id, t.turn, t.log, outcome.blocks, outcome, parents, reply_keep_ids(outcome, reply_id)
         )
-        await write_transition(tx, row, t.turn, records)
         if reply is not None:
             vectors.extend(await embedder.embed([reply.content]))
-        await search_repo.set_embeddings(
-            tx, {a["id"]: v for a, v in zip(records.artifacts, vectors, strict=True)}
-        )
-        return TurnRun(outcome, records, ToolStep())
+        embeddings = {a["id"]: v for a, v in zip(records.artifacts, vectors, strict=True)}
+
+        async def write(tx: AsyncSession, locked: AgentSession) -> None:
+            await write_transition(tx, locked, t.turn, records)
+            await search_repo.set_embeddings(tx, embeddings)
+
+        return TurnRun(outcome, records, ToolStep(), write)
 
     async def compact(self, t: Transition, live: Sequence[LiveRow], keep_last_turns: int) -> Summary:
         row = t.row
@@ -83,7 +90,11 @@ class RetrievalTurns:
         outcome = Outcome([answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)
         parents = RetrievedContext(preamble_ids, [m.id for m in sources])
         records = records_for(row.tenant_id, row.id, t.turn, t.log, [answer.reply], outcome, parents)
-        await write_transition(t.tx, row, t.turn, records)
         summary = records.artifacts[0]
-        await search_repo.set_embeddings(t.tx, {summary["id"]: (await t.embedder.embed([summary["content"]]))[0]})
-        return Summary(summary["id"], summary["content"])
+        vector = (await t.embedder.embed([summary["content"]]))[0]
+
+        async def write(tx: AsyncSession, locked: AgentSession) -> None:
+            await write_transition(tx, locked, t.turn, records)
+            await search_repo.set_embeddings(tx, {summary["id"]: vector})
+
+        return Summary(summary["id"], summary["content"], write)

@@ -1,0 +1,91 @@
+"""The session lease: no transaction is open while a turn generates, and a turn whose lease was taken over writes
+nothing.
+
+Both races are forced: the generation is observed in progress through its own stream, and the lost lease is stolen
+while the turn is provably parked at its commit (a FOR KEY SHARE lock held by the test blocks only the commit's
+FOR UPDATE, not the lease's renewal nor the steal, both plain updates of non-key columns).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from tests.runtime.runtime_helpers import artifacts, create_session, session, turn, user
+from tests.support import POLL_S, HeldLock, problem, sql
+
+COUNT = [user("Count from 1 to 10000, separated by commas.")]
+
+
+def _lease_of(database_url: str, session_id: str) -> dict[str, Any]:
+    row = sql(database_url, "SELECT lease_owner, status, lease_expires_at > now() AS live FROM sessions WHERE id = $1",
+              session_id)[0]
+    return dict(row)
+
+
+def _wait_leased(database_url: str, session_id: str, limit_s: float = 120) -> str:
+    """A barrier: the turn has taken its session's lease. Returns the owner."""
+    deadline = time.monotonic() + limit_s
+    while (owner := _lease_of(database_url, session_id)["lease_owner"]) is None:
+        assert time.monotonic() < deadline, "the turn never took its session"
+        time.sleep(POLL_S)
+    return str(owner)
+
+
+def test_no_transaction_is_open_while_a_turn_generates(client: httpx.Client, database_url: str) -> None:
+    sid = create_session(client, sampling={"max_tokens": 60})
+    with client.stream("POST", f"/v1/sessions/{sid}/turns", json={"inputs": COUNT, "stream": True}) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        deltas = (line for line in lines if line == "event: delta")
+        next(deltas)
+        started = sql(database_url, "SELECT clock_timestamp() AS t")[0]["t"]
+        for _ in range(10):  # the generation goes on: ten more tokens after that instant
+            next(deltas)
+        lease = _lease_of(database_url, sid)
+        spanning = sql(
+            database_url,
+            "SELECT pid, state, query FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL AND xact_start < $1",
+            started,
+        )
+        for _ in lines:  # to the end of the reply: the turn commits and lets the session go
+            pass
+    assert (lease["status"], lease["live"]) == ("running", True)  # the session is held all the same
+    assert spanning == [], spanning  # no transaction opened before those tokens is still open
+    after = session(client, sid)
+    assert (after["status"], after["turns"]) == ("idle", 1)
+
+
+def test_a_turn_whose_lease_was_taken_over_writes_nothing(client: httpx.Client, database_url: str) -> None:
+    sid = create_session(client, sampling={"max_tokens": 16})
+    before = artifacts(client, sid)
+    answer: dict[str, httpx.Response] = {}
+
+    def run() -> None:
+        with httpx.Client(base_url=str(client.base_url), headers=client.headers, timeout=240) as c:
+            answer["turn"] = c.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Hello there.")]})
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        owner = _wait_leased(database_url, sid)
+        with HeldLock(database_url, "SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", sid) as held:
+            held.wait_blocked()  # the turn has generated and waits at its commit
+            # Another process takes the session over (as if this one had stalled past its lease).
+            stolen = sql(database_url, "UPDATE sessions SET lease_owner = 'thief', lease_expires_at = now() + "
+                                       "interval '1 hour' WHERE id = $1 AND lease_owner = $2 RETURNING id", sid, owner)
+            assert stolen
+    finally:
+        thread.join(timeout=240)
+    body = problem(answer["turn"], 409)
+    assert body["type"].endswith("session_busy") and "taken over" in body["detail"]
+    assert session(client, sid)["turns"] == 0 and artifacts(client, sid) == before  # nothing half-written
+    # The thief's lease is not the turn's to release; once it is gone, the session works on.
+    assert _lease_of(database_url, sid)["lease_owner"] == "thief"
+    sql(database_url, "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, status = 'idle' WHERE id = $1",
+        sid)
+    assert turn(client, sid, user("Hello again."))["turn"] == 1
