@@ -1,7 +1,7 @@
 """The session lease: no transaction is open while a turn generates, and a turn whose lease was taken over writes
-nothing.
+nothing, and one that outlasts its lease keeps it by renewing.
 
-Both races are forced: the generation is observed in progress through its own stream, and the lost lease is stolen
+The races are forced: the generation is observed in progress through its own stream, and the lost lease is stolen
 while the turn is provably parked at its commit (a FOR KEY SHARE lock held by the test blocks only the commit's
 FOR UPDATE, not the lease's renewal nor the steal, both plain updates of non-key columns).
 """
@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 
+from app.api.deps import ContainerDep
+from app.api.routers.sessions import get_sessions
+from app.sessions.service import SessionService
+from tests.conftest import LiveServer
 from tests.runtime.runtime_helpers import artifacts, create_session, session, turn, user
 from tests.support import POLL_S, HeldLock, problem, sql
 
@@ -21,8 +27,8 @@ COUNT = [user("Count from 1 to 10000, separated by commas.")]
 
 
 def _lease_of(database_url: str, session_id: str) -> dict[str, Any]:
-    row = sql(database_url, "SELECT lease_owner, status, lease_expires_at > now() AS live FROM sessions WHERE id = $1",
-              session_id)[0]
+    row = sql(database_url, "SELECT lease_owner, status, lease_expires_at AS expires, lease_expires_at > now() AS live "
+                            "FROM sessions WHERE id = $1", session_id)[0]
     return dict(row)
 
 
@@ -89,3 +95,45 @@ def test_a_turn_whose_lease_was_taken_over_writes_nothing(client: httpx.Client, 
     sql(database_url, "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, status = 'idle' WHERE id = $1",
         sid)
     assert turn(client, sid, user("Hello again."))["turn"] == 1
+
+
+@pytest.fixture
+def one_second_lease(live_server: LiveServer) -> Iterator[None]:
+    """The live app's turns with a 1 s session lease (renewed every third of a second while they work)."""
+
+    def sessions(container: ContainerDep) -> SessionService:
+        return SessionService(container.db, container.engine, container.handles, lease_s=1.0)
+
+    overrides = live_server.app.dependency_overrides
+    overrides[get_sessions] = sessions
+    yield
+    overrides.pop(get_sessions, None)
+
+
+def test_a_turn_longer_than_its_lease_keeps_it_by_renewing(
+    client: httpx.Client, database_url: str, one_second_lease: None
+) -> None:
+    sid = create_session(client, sampling={"max_tokens": 8})
+    answer: dict[str, httpx.Response] = {}
+
+    def run() -> None:
+        with httpx.Client(base_url=str(client.base_url), headers=client.headers, timeout=240) as c:
+            answer["turn"] = c.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Hello there.")]})
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        owner = _wait_leased(database_url, sid)
+        with HeldLock(database_url, "SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", sid) as held:
+            held.wait_blocked()  # parked at its commit: from here on only the heartbeat keeps the lease
+            seen = {_lease_of(database_url, sid)["expires"]}
+            while len(seen) < 4:  # three renewals: it has held the session for longer than its 1 s lease
+                time.sleep(POLL_S)
+                lease = _lease_of(database_url, sid)
+                assert lease["lease_owner"] == owner and lease["live"], lease
+                seen.add(lease["expires"])
+    finally:
+        thread.join(timeout=240)
+    assert answer["turn"].status_code == 200, answer["turn"].text
+    assert answer["turn"].json()["turn"] == 1
+    assert _lease_of(database_url, sid)["lease_owner"] is None  # released
