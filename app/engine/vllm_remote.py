@@ -12,7 +12,9 @@ repetition_penalty) are sent explicitly, so a request means the same thing here 
 
 Exactness caveat (docs/engines.md): the fleet batches concurrent requests, which changes the float bits of every
 request's logits; exact replay of seeded samples under load needs a fleet run with `--max-num-seqs 1` per replica
-(or accepting rare token flips), and the fleet must keep the same dtype and kernels as the original run.
+or with `VLLM_BATCH_INVARIANT=1` on supported GPUs (or accepting rare token flips), and the fleet must keep the same
+dtype and kernels as the original run. The engine cannot see the fleet's flags: `exactness` is what the operator
+declares (`LETHE_VLLM_REMOTE_EXACTNESS`), "batched" unless told otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import httpx
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
 
@@ -55,9 +57,14 @@ class VLLMRemoteEngine:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        exactness: Exactness = "batched",
     ) -> None:
         """`model`: the local model directory (or None for SmolLM2) whose tokenizer matches the fleet's model.
-        `served_model`: the fleet's model name; None takes the one model it serves."""
+        `served_model`: the fleet's model name; None takes the one model it serves. `exactness`: what the fleet's
+        configuration guarantees a replay (KVEngine.exactness); "exact" is hf's alone."""
+        if exactness not in ("batched", "unbatched", "batch-invariant"):
+            raise ValueError(f"a vllm fleet cannot be {exactness!r}: batched, unbatched or batch-invariant")
+        self._exactness: Exactness = exactness
         self.model_id = model_id_for(model)
         self._base_url = base_url.rstrip("/")
         self._model_arg = model
@@ -90,6 +97,10 @@ class VLLMRemoteEngine:
     def max_context_tokens(self) -> int | None:
         # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
         return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
+    def exactness(self) -> Exactness:
+        return self._exactness
 
     @property
     def served_model(self) -> str:

@@ -100,6 +100,7 @@ async def test_after_a_forget_with_a_replay_no_probe_reaches_the_target_blocks(e
     the same tenant sends the exact forgotten prefix (the same system block and T1, then T2's message). Probe (b):
     S's own next turn sends T2's message again. The replay keeps S's salt (its log now differs from the old one
     inside itself), so it reuses its clean prefix, equals the counterfactual, and S's next turn reuses its cache."""
+    assert engine.exactness == "batched"  # the default engine: these forgets run alone, so they are exact anyway
     tenant = Tenant(scheme)
     s, starts = await session(engine, tenant.salt("s"), "s", [1, 2, 3])
     target_start = checkpoint = starts[2]

@@ -33,7 +33,8 @@ MODES = {"greedy": GREEDY, "sampled": sampled(transition_seed(7, 3))}
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine() -> AsyncIterator[VLLMEngine]:
-    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=KV_CACHE_BYTES)
+    # One sequence at a time: the concurrency test below claims bit-exactness, which batching would not give.
+    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=KV_CACHE_BYTES, max_num_seqs=1)
     await vllm.start()
     yield vllm
     await vllm.close()
@@ -42,7 +43,7 @@ async def engine() -> AsyncIterator[VLLMEngine]:
 async def test_engine_is_a_kv_engine_with_128_token_blocks(engine: VLLMEngine) -> None:
     assert isinstance(engine, KVEngine) and engine.ready
     assert engine.name == "vllm" and engine.model_id == "SmolLM2-135M-Instruct"
-    assert engine.block_size == BLOCK
+    assert engine.block_size == BLOCK and engine.exactness == "unbatched"
 
 
 async def test_prefix_reuse_grows_with_the_log(engine: VLLMEngine) -> None:
@@ -191,7 +192,8 @@ async def test_fork_shares_the_cached_blocks(engine: VLLMEngine) -> None:
 
 
 async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLLMEngine) -> None:
-    """max_num_seqs=1 (the default) runs one sequence at a time: concurrent calls give the solo results bit for bit.
+    """max_num_seqs=1 (exactness "unbatched") runs one sequence at a time: concurrent calls give the solo results bit
+    for bit.
     (With batching, logprobs of batched requests differ: `python -m bench.vllm_batching` measures how often.)"""
     chat = engine.chat
     logs = [facts(chat, 20), [*chat.render_block("user", "Tell me about tea and sailing."), *chat.assistant_header()]]

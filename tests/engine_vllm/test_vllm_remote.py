@@ -103,6 +103,7 @@ async def engine(fleet: Fleet) -> AsyncIterator[VLLMRemoteEngine]:
 async def test_engine_discovers_the_fleet(engine: VLLMRemoteEngine) -> None:
     assert isinstance(engine, KVEngine) and engine.ready
     assert engine.served_model == SERVED and engine.model_id == "SmolLM2-135M-Instruct"
+    assert engine.exactness == "batched"  # the fleet batches (vLLM's default), as the module docstring says
 
 
 async def test_third_call_of_a_growing_log_reuses_the_prefix(engine: VLLMRemoteEngine) -> None:
