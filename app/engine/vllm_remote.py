@@ -1,7 +1,8 @@
 """The remote vLLM KV engine: a `vllm serve` fleet behind its OpenAI-compatible `/v1/completions`, over httpx.
 
-The same design as the in-process engine (vllm_local.py): a handle's cache is its token log, every request sends the
-whole log as a token-id prompt, and the fleet's prefix cache serves the full blocks it already holds. The fleet must
+The same design as the in-process engine (vllm_local.py): a handle's cache is its token log, `prefill` only appends
+to it, `generate` sends the whole log as one token-id prompt (one request per transition), and the fleet's prefix
+cache serves the full blocks it already holds. The fleet must
 run with `--enable-prefix-caching` (vLLM's default) and `--enable-prompt-tokens-details`, which makes it report
 `usage.prompt_tokens_details.cached_tokens`: that is `reused`, so replay cost is measured on the fleet, not guessed.
 `start()` checks both that and that the fleet tokenizes like the local tokenizer.
@@ -171,18 +172,22 @@ class VLLMRemoteEngine:
         return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        client = self._started()
+        """Appends to the log and sends nothing: `generate` sends the whole log in one request (as in-process)."""
+        self._started()
         check_ids(token_ids, self._vocab)
-        log_ids = [*handle.tokens, *token_ids]
+        self._check_room(len(handle.tokens) + len(token_ids))
+        handle.tokens.extend(token_ids)
+        return TokenUsage()
+
+    async def warm(self, handle: CacheHandle) -> TokenUsage:
+        """Computes the log's KV on the fleet now, with a one-token completion, and reports it (not a KVEngine call;
+        benches and tests). Its token is sampled from logits the prefill computes anyway (no decode step)."""
+        client = self._started()
+        log_ids = list(handle.tokens)
         if not log_ids:
             return TokenUsage()
-        self._check_room(len(log_ids))
-        # A one-token completion computes and caches the log's full blocks; its token is sampled from logits the
-        # prefill computes anyway (no decode step), and thrown away.
         body = await self._complete(client, log_ids, Sampling(max_tokens=1), salt=handle.salt)
-        reused = _cached_tokens(body)
-        handle.tokens.extend(token_ids)
-        return TokenUsage(reused=reused, prefilled=len(log_ids) - reused)
+        return _usage(body, len(log_ids))
 
     async def generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
@@ -195,23 +200,20 @@ class VLLMRemoteEngine:
             raise ValueError("cannot generate from an empty log")
         room = sampling.max_tokens if not self._max_len else min(sampling.max_tokens, self._max_len - len(log_ids))
         if room <= 0:
-            # The fleet rejects max_tokens=0: cover the log as a generation would (if it fits), and sample nothing.
-            full = bool(self._max_len) and len(log_ids) >= self._max_len
-            usage = TokenUsage() if full else await self.prefill(handle, [])
-            return Generation(token_ids=[], text="", finish_reason="length", usage=usage)
+            # Nothing to sample (the fleet rejects max_tokens=0), so nothing to compute yet: the log waits.
+            return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
         body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room)
         choice = _first_choice(body)
         sampled = choice.get("token_ids")
         if not isinstance(sampled, list):
             raise RemoteEngineError("the fleet returned no token_ids: it must support return_token_ids")
-        reused = _cached_tokens(body)
         generation = to_generation(
             self.chat,
             sampling,
             [int(t) for t in sampled],
             choice.get("finish_reason"),
             choice.get("stop_reason"),
-            TokenUsage(reused=reused, prefilled=len(log_ids) - reused),
+            _usage(body, len(log_ids)),
         )
         handle.tokens.extend(generation.token_ids)
         if on_tokens is not None and generation.token_ids:
@@ -295,6 +297,9 @@ def _first_choice(body: dict[str, Any]) -> dict[str, Any]:
     return choices[0]
 
 
-def _cached_tokens(body: dict[str, Any]) -> int:
+def _usage(body: dict[str, Any], prompt: int) -> TokenUsage:
+    """What the fleet computed and reused of a `prompt`-token request: `reused + prefilled == prompt` always (a fleet
+    that reports more cached tokens than the prompt holds is taken at the prompt's length, never a negative)."""
     details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
-    return int(details.get("cached_tokens") or 0)
+    reused = min(prompt, max(0, int(details.get("cached_tokens") or 0)))
+    return TokenUsage(reused=reused, prefilled=prompt - reused)
