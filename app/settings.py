@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     vllm_kv_cache_bytes: int = Field(
         default=1 << 30, ge=16 * 1024**2, description="KV-cache memory of the in-process vLLM engine (its blocks)."
     )
+    vllm_block_size: int | None = Field(
+        default=None, ge=16, le=1024,
+        description="Tokens per KV block of the in-process vLLM engine (unset: vLLM's, 128 on CPU; CPU takes "
+        "multiples of 32): the granularity of prefix reuse, which every request pays once.",
+    )
     vllm_remote_exactness: Literal["batched", "unbatched", "batch-invariant"] = Field(
         default="batched",
         description="What the vllm-remote fleet guarantees: unbatched (--max-num-seqs 1), batch-invariant "

@@ -22,6 +22,7 @@ def build_engine(settings: Settings) -> KVEngine:
             dtype=settings.vllm_dtype,
             kv_cache_bytes=settings.vllm_kv_cache_bytes,
             max_num_seqs=settings.vllm_max_num_seqs,
+            block_size=settings.vllm_block_size,
         )
     if settings.engine == EngineKind.VLLM_REMOTE:
         from app.engine.vllm_remote import VLLMRemoteEngine

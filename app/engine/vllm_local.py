@@ -85,13 +85,16 @@ class VLLMEngine:
         kv_cache_bytes: int | None = DEFAULT_KV_CACHE_BYTES,
         max_num_seqs: int = 16,
         enforce_eager: bool = True,
+        block_size: int | None = None,
     ) -> None:
         """`dtype`: vLLM downcasts a float32 model to bfloat16 by default, which multiplies the batch-dependent noise
         in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs`: how many sequences vLLM
         batches; 1 runs one at a time, so no request's numerics depend on which others ran beside it (`exactness`
         "unbatched"), at a fraction of the throughput (7x less for 16 concurrent sessions on 2 cores).
         `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores and whose on-disk
-        cache was seen failing to load; eager starts in ~35 s."""
+        cache was seen failing to load; eager starts in ~35 s. `block_size`: tokens per KV block, the granularity of
+        prefix reuse (None: vLLM's, 128 on CPU; the CPU kernels take multiples of 32): every request recomputes the
+        log's unfinished block, so smaller blocks recompute less per transition (docs/engines.md, "Block size")."""
         self.model_id = model_id_for(model)
         self._model_arg = model
         self._cache_dir = cache_dir
@@ -102,6 +105,8 @@ class VLLMEngine:
             "max_num_seqs": max_num_seqs,
             "enforce_eager": enforce_eager,
         }
+        if block_size is not None:
+            self._options["block_size"] = block_size
         self._llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
         self._chat: ChatMLTemplate | None = None
         self._max_len = 0
