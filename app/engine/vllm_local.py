@@ -318,7 +318,8 @@ class VLLMEngine:
 
     def _account(self, handle: CacheHandle, log_ids: list[int], output: Any, computed: list[int]) -> TokenUsage:
         """The request's measured usage; notes an eviction when the cache held less than this handle had computed."""
-        reused = int(output.num_cached_tokens or 0)
+        # vLLM's own count, kept within the prompt so that reused + prefilled is always the request's prompt.
+        reused = min(len(log_ids), max(0, int(output.num_cached_tokens or 0)))
         state = handle.state
         if isinstance(state, ComputedPrefix) and state.owner is self:
             known = common_prefix(state.tokens, log_ids)
