@@ -6,6 +6,7 @@ import base64
 import binascii
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -55,6 +56,26 @@ class Settings(BaseSettings):
         default=120.0, gt=0, le=3600, description="How long a forget waits for a turn in flight before requeueing."
     )
     vllm_url: str | None = Field(default=None, description="Base URL of a `vllm serve` fleet (engine vllm-remote).")
+    vllm_max_num_seqs: int = Field(
+        default=16, ge=1, le=1024,
+        description="Sequences the in-process vLLM engine batches at once; 1 runs one at a time (exact replay).",
+    )
+    vllm_dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        default="float32", description="The in-process vLLM engine's dtype (float32 keeps batching noise ~1e-5)."
+    )
+    vllm_kv_cache_bytes: int = Field(
+        default=1 << 30, ge=16 * 1024**2, description="KV-cache memory of the in-process vLLM engine (its blocks)."
+    )
+    vllm_block_size: int | None = Field(
+        default=None, ge=16, le=1024,
+        description="Tokens per KV block of the in-process vLLM engine (unset: vLLM's, 128 on CPU; CPU takes "
+        "multiples of 32): the granularity of prefix reuse, which every request pays once.",
+    )
+    vllm_remote_exactness: Literal["batched", "unbatched", "batch-invariant"] = Field(
+        default="batched",
+        description="What the vllm-remote fleet guarantees: unbatched (--max-num-seqs 1), batch-invariant "
+        "(VLLM_BATCH_INVARIANT=1 on supported GPUs) or batched (anything else).",
+    )
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None
     log_level: str = "INFO"

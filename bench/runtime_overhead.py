@@ -60,6 +60,10 @@ class TimedEngine:
     def ready(self) -> bool:
         return self.inner.ready
 
+    @property
+    def exactness(self) -> str:
+        return self.inner.exactness
+
     def __getattr__(self, name: str) -> Any:  # private attributes the runtime probes (the model's context)
         return getattr(self.inner, name)
 

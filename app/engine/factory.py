@@ -16,11 +16,23 @@ def build_engine(settings: Settings) -> KVEngine:
     if settings.engine == EngineKind.VLLM:
         from app.engine.vllm_local import VLLMEngine  # imports vLLM only in start()
 
-        return VLLMEngine(settings.model, settings.resolved_model_cache_dir)
+        return VLLMEngine(
+            settings.model,
+            settings.resolved_model_cache_dir,
+            dtype=settings.vllm_dtype,
+            kv_cache_bytes=settings.vllm_kv_cache_bytes,
+            max_num_seqs=settings.vllm_max_num_seqs,
+            block_size=settings.vllm_block_size,
+        )
     if settings.engine == EngineKind.VLLM_REMOTE:
         from app.engine.vllm_remote import VLLMRemoteEngine
 
         if not settings.vllm_url:
             raise RuntimeError("LETHE_ENGINE=vllm-remote needs LETHE_VLLM_URL (the base URL of a `vllm serve` fleet)")
-        return VLLMRemoteEngine(settings.vllm_url, settings.model, settings.resolved_model_cache_dir)
+        return VLLMRemoteEngine(
+            settings.vllm_url,
+            settings.model,
+            settings.resolved_model_cache_dir,
+            exactness=settings.vllm_remote_exactness,
+        )
     raise RuntimeError(f"unknown engine {settings.engine!r}")

@@ -42,7 +42,7 @@ from app.engine.chat import ChatMLTemplate
 from app.engine.hf_load import load_full_attention_lm
 from app.engine.hf_state import HandleState
 from app.engine.model_store import model_id_for
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import StopWatch, make_generator, sample_token, validate
 
 T = TypeVar("T")
@@ -96,6 +96,10 @@ class HFEngine:
     @property
     def max_context_tokens(self) -> int | None:
         return self._max_positions
+
+    @property
+    def exactness(self) -> Exactness:
+        return "exact"  # one forward at a time, caches rebuilt chunk for chunk (module docstring)
 
     @property
     def memory_budget_bytes(self) -> int:

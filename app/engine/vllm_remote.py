@@ -1,7 +1,8 @@
 """The remote vLLM KV engine: a `vllm serve` fleet behind its OpenAI-compatible `/v1/completions`, over httpx.
 
-The same design as the in-process engine (vllm_local.py): a handle's cache is its token log, every request sends the
-whole log as a token-id prompt, and the fleet's prefix cache serves the full blocks it already holds. The fleet must
+The same design as the in-process engine (vllm_local.py): a handle's cache is its token log, `prefill` only appends
+to it, `generate` sends the whole log as one token-id prompt (one request per transition), and the fleet's prefix
+cache serves the full blocks it already holds. The fleet must
 run with `--enable-prefix-caching` (vLLM's default) and `--enable-prompt-tokens-details`, which makes it report
 `usage.prompt_tokens_details.cached_tokens`: that is `reused`, so replay cost is measured on the fleet, not guessed.
 `start()` checks both that and that the fleet tokenizes like the local tokenizer.
@@ -12,7 +13,9 @@ repetition_penalty) are sent explicitly, so a request means the same thing here 
 
 Exactness caveat (docs/engines.md): the fleet batches concurrent requests, which changes the float bits of every
 request's logits; exact replay of seeded samples under load needs a fleet run with `--max-num-seqs 1` per replica
-(or accepting rare token flips), and the fleet must keep the same dtype and kernels as the original run.
+or with `VLLM_BATCH_INVARIANT=1` on supported GPUs (or accepting rare token flips), and the fleet must keep the same
+dtype and kernels as the original run. The engine cannot see the fleet's flags: `exactness` is what the operator
+declares (`LETHE_VLLM_REMOTE_EXACTNESS`), "batched" unless told otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import httpx
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
+from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
 
@@ -55,9 +58,14 @@ class VLLMRemoteEngine:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        exactness: Exactness = "batched",
     ) -> None:
         """`model`: the local model directory (or None for SmolLM2) whose tokenizer matches the fleet's model.
-        `served_model`: the fleet's model name; None takes the one model it serves."""
+        `served_model`: the fleet's model name; None takes the one model it serves. `exactness`: what the fleet's
+        configuration guarantees a replay (KVEngine.exactness); "exact" is hf's alone."""
+        if exactness not in ("batched", "unbatched", "batch-invariant"):
+            raise ValueError(f"a vllm fleet cannot be {exactness!r}: batched, unbatched or batch-invariant")
+        self._exactness: Exactness = exactness
         self.model_id = model_id_for(model)
         self._base_url = base_url.rstrip("/")
         self._model_arg = model
@@ -90,6 +98,10 @@ class VLLMRemoteEngine:
     def max_context_tokens(self) -> int | None:
         # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
         return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
+    def exactness(self) -> Exactness:
+        return self._exactness
 
     @property
     def served_model(self) -> str:
@@ -160,18 +172,22 @@ class VLLMRemoteEngine:
         return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        client = self._started()
+        """Appends to the log and sends nothing: `generate` sends the whole log in one request (as in-process)."""
+        self._started()
         check_ids(token_ids, self._vocab)
-        log_ids = [*handle.tokens, *token_ids]
+        self._check_room(len(handle.tokens) + len(token_ids))
+        handle.tokens.extend(token_ids)
+        return TokenUsage()
+
+    async def warm(self, handle: CacheHandle) -> TokenUsage:
+        """Computes the log's KV on the fleet now, with a one-token completion, and reports it (not a KVEngine call;
+        benches and tests). Its token is sampled from logits the prefill computes anyway (no decode step)."""
+        client = self._started()
+        log_ids = list(handle.tokens)
         if not log_ids:
             return TokenUsage()
-        self._check_room(len(log_ids))
-        # A one-token completion computes and caches the log's full blocks; its token is sampled from logits the
-        # prefill computes anyway (no decode step), and thrown away.
         body = await self._complete(client, log_ids, Sampling(max_tokens=1), salt=handle.salt)
-        reused = _cached_tokens(body)
-        handle.tokens.extend(token_ids)
-        return TokenUsage(reused=reused, prefilled=len(log_ids) - reused)
+        return _usage(body, len(log_ids))
 
     async def generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
@@ -184,23 +200,20 @@ class VLLMRemoteEngine:
             raise ValueError("cannot generate from an empty log")
         room = sampling.max_tokens if not self._max_len else min(sampling.max_tokens, self._max_len - len(log_ids))
         if room <= 0:
-            # The fleet rejects max_tokens=0: cover the log as a generation would (if it fits), and sample nothing.
-            full = bool(self._max_len) and len(log_ids) >= self._max_len
-            usage = TokenUsage() if full else await self.prefill(handle, [])
-            return Generation(token_ids=[], text="", finish_reason="length", usage=usage)
+            # Nothing to sample (the fleet rejects max_tokens=0), so nothing to compute yet: the log waits.
+            return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
         body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room)
         choice = _first_choice(body)
         sampled = choice.get("token_ids")
         if not isinstance(sampled, list):
             raise RemoteEngineError("the fleet returned no token_ids: it must support return_token_ids")
-        reused = _cached_tokens(body)
         generation = to_generation(
             self.chat,
             sampling,
             [int(t) for t in sampled],
             choice.get("finish_reason"),
             choice.get("stop_reason"),
-            TokenUsage(reused=reused, prefilled=len(log_ids) - reused),
+            _usage(body, len(log_ids)),
         )
         handle.tokens.extend(generation.token_ids)
         if on_tokens is not None and generation.token_ids:
@@ -284,6 +297,9 @@ def _first_choice(body: dict[str, Any]) -> dict[str, Any]:
     return choices[0]
 
 
-def _cached_tokens(body: dict[str, Any]) -> int:
+def _usage(body: dict[str, Any], prompt: int) -> TokenUsage:
+    """What the fleet computed and reused of a `prompt`-token request: `reused + prefilled == prompt` always (a fleet
+    that reports more cached tokens than the prompt holds is taken at the prompt's length, never a negative)."""
     details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
-    return int(details.get("cached_tokens") or 0)
+    reused = min(prompt, max(0, int(details.get("cached_tokens") or 0)))
+    return TokenUsage(reused=reused, prefilled=prompt - reused)

@@ -16,6 +16,12 @@ Without a reply, step 1 is `prefill(observation blocks)` and nothing follows. Ev
 chunk boundary, and a crop to any transition end followed by the same per-transition calls reproduces the original
 bit for bit.
 
+On an engine that defers prefills (vllm, vllm-remote: protocol.py), steps 0, 1 and 3 send nothing and step 2 is the
+transition's one request, over the whole log: it computes the previous transition's closing tokens, the pending ones
+and the observations together, and its usage counts them. So there `closing_tokens` is 0 (the next transition's
+`prefill_tokens` counts them) and a transition without a reply computes nothing (`prefill_tokens` 0; its tokens are
+counted by the next request). Summed over a session, `prefill_tokens + closing_tokens` is what the engine computed.
+
 Engines with the `chunks` extension (hf) report the chunk sizes each transition added; the runtime stores them with
 the transition's last artifact (the *recipe*), so another process, or this one after an eviction, rebuilds a cache
 chunk for chunk instead of in one pass that would differ in the last bits.
@@ -227,8 +233,9 @@ async def advance(
             closing = (await engine.prefill(handle, chat.end_of_turn())).prefilled
         reply = assistant_block(chat, generation.text, generated)
     prefill = synced.prefilled + pending_prefill + first_usage.prefilled + generation_prefill
-    # An engine that recomputes a partial cache block on every request (vLLM) can report more prompt tokens computed
-    # than the transition added, over its several calls: nothing of the prompt was then served from cache.
+    # What the transition did not compute was served from the cache or, on an engine that defers (vLLM) and without a
+    # reply, waits for the next request. The clamp guards an engine whose several calls each recompute a partial
+    # cache block, and so report more prompt tokens computed than the log holds.
     usage = Usage(prompt_tokens, max(0, prompt_tokens - prefill), prefill, decoded, closing)
     after = recipe_of(engine, handle)
     chunks: list[int] | None = None

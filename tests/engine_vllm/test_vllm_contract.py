@@ -12,7 +12,7 @@ import pytest
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.model_store import resolve_model
-from app.engine.protocol import Sampling, TokenUsage
+from app.engine.protocol import Generation, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_common import cache_salt, load_chat_template, to_generation, vllm_seed
 from app.engine.vllm_local import VLLMEngine
@@ -72,6 +72,7 @@ class ScriptedFleet:
         self.chat, self.details, self.tokenizer_ok = chat, details, tokenizer_ok
         self.completions: list[dict[str, Any]] = []
         self.broken = False
+        self.overreport = False  # report more cached tokens than the prompt holds
         self.reply = chat.encode(" Hi there")
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -92,7 +93,8 @@ class ScriptedFleet:
             stop_id = min(self.chat.stop_token_ids)
             usage: dict[str, Any] = {"prompt_tokens": len(body["prompt"])}
             if self.details:
-                usage["prompt_tokens_details"] = {"cached_tokens": len(body["prompt"]) // 128 * 128}
+                cached = len(body["prompt"]) + 5 if self.overreport else len(body["prompt"]) // 128 * 128
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
             choice = {
                 "token_ids": [*sampled, stop_id] if finished else sampled,
                 "finish_reason": "stop" if finished else "length",
@@ -113,12 +115,16 @@ async def test_remote_requests_carry_the_log_salt_seed_and_explicit_sampling(cha
     assert engine.served_model == "smollm2" and engine.ready
     handle = await engine.open("s", salt="tenant-a")
     prompt = [*chat.render_block("user", "Hi " * 150), *chat.assistant_header()]
-    usage = await engine.prefill(handle, prompt)
-    assert usage == TokenUsage(reused=len(prompt) // 128 * 128, prefilled=len(prompt) % 128)
+    requests = len(fleet.completions)
+    assert await engine.prefill(handle, prompt) == TokenUsage()  # appended; the request waits for generate
+    assert len(fleet.completions) == requests
     sampling = Sampling(temperature=0.7, top_p=0.9, max_tokens=50, seed=transition_seed(1, 2))
     reply = await engine.generate(handle, sampling)
     assert reply.token_ids == fleet.reply and reply.finish_reason == "stop"
-    assert handle.tokens == [*prompt, *fleet.reply]
+    assert reply.usage == TokenUsage(
+        reused=len(prompt) // 128 * 128, prefilled=len(prompt) % 128, decoded=len(fleet.reply) + 1
+    )
+    assert handle.tokens == [*prompt, *fleet.reply] and len(fleet.completions) == requests + 1
     sent = fleet.completions[-1]
     assert sent["prompt"] == prompt and sent["cache_salt"] == cache_salt("tenant-a")
     assert sent["seed"] == transition_seed(1, 2) and sent["return_token_ids"] is True
@@ -130,12 +136,17 @@ async def test_remote_requests_carry_the_log_salt_seed_and_explicit_sampling(cha
         1.0,
     )
     assert sorted(sent["stop_token_ids"]) == sorted(chat.stop_token_ids) and sent["skip_special_tokens"] is False
-    assert fleet.completions[-2]["max_tokens"] == 1  # the prefill is a one-token request
     await engine.crop(handle, len(prompt))
     assert handle.tokens == prompt
-    unsalted = await engine.open("u")
-    await engine.prefill(unsalted, prompt)
-    assert "cache_salt" not in fleet.completions[-1]
+    assert await engine.generate(handle, Sampling(max_tokens=0)) == Generation([], "", "length", TokenUsage())
+    assert len(fleet.completions) == requests + 1  # nothing to sample: nothing sent
+    unsalted = await engine.open("u", tokens=prompt)
+    warmed = await engine.warm(unsalted)  # computes now: a one-token request
+    assert "cache_salt" not in fleet.completions[-1] and fleet.completions[-1]["max_tokens"] == 1
+    assert warmed == TokenUsage(reused=len(prompt) // 128 * 128, prefilled=len(prompt) % 128)
+    fleet.overreport = True
+    lying = await engine.warm(unsalted)
+    assert lying == TokenUsage(reused=len(prompt), prefilled=0)  # never more reused than the prompt holds
     await engine.close()
     assert not engine.ready
 
@@ -148,8 +159,9 @@ async def test_a_handle_moved_to_a_new_cache_generation_sends_its_salt(chat: Cha
     handle = await engine.open("s", salt=session_salt("tenant-a", "s"))
     prompt = [*chat.render_block("user", "Hi"), *chat.assistant_header()]
     await engine.prefill(handle, prompt)
+    await engine.warm(handle)
     use_salt(engine, handle, session_salt("tenant-a", "s", 1))
-    await engine.prefill(handle, [])
+    await engine.warm(handle)
     salts = [c["cache_salt"] for c in fleet.completions[-2:]]
     assert salts == [cache_salt(session_salt("tenant-a", "s")), cache_salt(session_salt("tenant-a", "s", 1))]
     assert len(set(salts)) == 2 and handle.tokens == prompt

@@ -88,7 +88,8 @@ async def session(engine: VLLMEngine, salt: str, key: str, indices: list[int]) -
 async def probe(engine: VLLMEngine, handle: CacheHandle, legit: int, spans: bool = True) -> tuple[int, int]:
     """Send the forgotten message as the handle's next observation. `legit`: the tokens the probe may be served
     without touching the target (full blocks of a clean prefix, or of its own log). Returns (reused, tainted)."""
-    usage = await engine.prefill(handle, observation(engine, 2))
+    await engine.prefill(handle, observation(engine, 2))
+    usage = await engine.warm(handle)  # the request a turn would send (a prefill alone sends nothing)
     if spans:
         assert len(handle.tokens) - 1 >= legit + BLOCK, "the probe must span a full block past what it may reuse"
     return usage.reused, max(0, usage.reused - legit)
@@ -100,16 +101,17 @@ async def test_after_a_forget_with_a_replay_no_probe_reaches_the_target_blocks(e
     the same tenant sends the exact forgotten prefix (the same system block and T1, then T2's message). Probe (b):
     S's own next turn sends T2's message again. The replay keeps S's salt (its log now differs from the old one
     inside itself), so it reuses its clean prefix, equals the counterfactual, and S's next turn reuses its cache."""
+    assert engine.exactness == "batched"  # the default engine: these forgets run alone, so they are exact anyway
     tenant = Tenant(scheme)
     s, starts = await session(engine, tenant.salt("s"), "s", [1, 2, 3])
     target_start = checkpoint = starts[2]
     before = list(s.tokens)
     await engine.crop(s, checkpoint)
-    replay_first = await engine.prefill(s, observation(engine, 3))
-    await engine.generate(s, sampled(transition_seed(SEED, 3), max_tokens=24))
+    await engine.prefill(s, observation(engine, 3))
+    replay = await engine.generate(s, sampled(transition_seed(SEED, 3), max_tokens=24))
     await engine.prefill(s, engine.chat.end_of_turn())
     assert not rotates(before, s.tokens)  # the runtime keeps the salt: the replay reused the clean prefix
-    assert replay_first.reused == checkpoint // BLOCK * BLOCK
+    assert replay.usage.reused == checkpoint // BLOCK * BLOCK
 
     counterfactual, _ = await session(engine, f"fresh-{uuid.uuid4().hex}", "cf", [1, 3])
     assert s.tokens == counterfactual.tokens  # the replayed T3 is the counterfactual's, token for token
@@ -120,7 +122,8 @@ async def test_after_a_forget_with_a_replay_no_probe_reaches_the_target_blocks(e
     other = await engine.open("probe-a", salt=tenant.salt("probe-a"), tokens=before[:checkpoint])
     reused_a, tainted_a = await probe(engine, other, clean)
     logged = len(s.tokens)
-    next_turn = await engine.prefill(s, [*engine.chat.render_block("user", "Thanks!"), *engine.chat.assistant_header()])
+    await engine.prefill(s, [*engine.chat.render_block("user", "Thanks!"), *engine.chat.assistant_header()])
+    next_turn = await engine.warm(s)
     assert next_turn.reused == logged // BLOCK * BLOCK  # the session's own next turn reuses its whole cache
     reused_b, tainted_b = await probe(engine, s, len(s.tokens) // BLOCK * BLOCK, spans=False)
     print(

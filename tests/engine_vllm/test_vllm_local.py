@@ -13,9 +13,11 @@ pytest.importorskip("vllm", reason="vLLM is not installed: `make install-vllm` a
 
 import pytest_asyncio
 
-from app.engine.protocol import CacheHandle, KVEngine, Sampling
+from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
+from app.runtime.blocks import Observation, render
+from app.runtime.transition import Synced, advance
 from tests.engine_vllm.vllm_helpers import (
     BLOCK,
     GREEDY,
@@ -33,7 +35,8 @@ MODES = {"greedy": GREEDY, "sampled": sampled(transition_seed(7, 3))}
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine() -> AsyncIterator[VLLMEngine]:
-    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=KV_CACHE_BYTES)
+    # One sequence at a time: the concurrency test below claims bit-exactness, which batching would not give.
+    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=KV_CACHE_BYTES, max_num_seqs=1)
     await vllm.start()
     yield vllm
     await vllm.close()
@@ -42,28 +45,62 @@ async def engine() -> AsyncIterator[VLLMEngine]:
 async def test_engine_is_a_kv_engine_with_128_token_blocks(engine: VLLMEngine) -> None:
     assert isinstance(engine, KVEngine) and engine.ready
     assert engine.name == "vllm" and engine.model_id == "SmolLM2-135M-Instruct"
-    assert engine.block_size == BLOCK
+    assert engine.block_size == BLOCK and engine.exactness == "unbatched"
 
 
-async def test_prefix_reuse_grows_with_the_log(engine: VLLMEngine) -> None:
-    """Each call reuses everything the session computed before, in whole blocks, short of the prompt's last token."""
+async def test_a_transition_is_one_request_over_the_whole_log(
+    engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefills only append; `generate` sends the whole log in one request, which reuses every full block earlier
+    requests computed (decode-filled ones included) and computes the rest once: the previous turn's closing tokens,
+    the new observation and at most the partial block before them. Its usage is vLLM's count for that request."""
     chat = engine.chat
-    handle = await engine.open("reuse", salt=salt())
-    computed = 0  # tokens of the log whose KV some earlier call computed
+    sent: list[list[int]] = []
+    request = engine._request
+
+    async def recording(handle: CacheHandle, log_ids: list[int], params: object) -> object:
+        sent.append(list(log_ids))
+        return await request(handle, log_ids, params)
+
+    monkeypatch.setattr(engine, "_request", recording)
+    handle = await engine.open("one-request", salt=salt())
+    computed = 0  # tokens of the log whose KV an earlier request computed
     figures = []
-    steps = [facts(chat), None, user_turn(chat, "How many apples are in box 3?"), None, user_turn(chat, "And box 9?")]
-    for step in steps:
-        prompt = len(handle.tokens) + len(step or [])
-        if step is None:
-            usage = (reply := await engine.generate(handle, GREEDY)).usage
-        else:
-            usage = await engine.prefill(handle, step)
-        assert usage.reused == min(computed, prompt - 1) // BLOCK * BLOCK
-        assert usage.reused + usage.prefilled == prompt
-        computed = prompt + (reply.usage.decoded - 1 if step is None else 0)
-        figures.append((prompt, usage.reused, usage.prefilled))
+    observations = [facts(chat), user_turn(chat, "How many apples are in box 3?"), user_turn(chat, "And box 9?")]
+    for index, observation in enumerate(observations):
+        if index:
+            assert await engine.prefill(handle, []) == TokenUsage()
+        assert await engine.prefill(handle, observation) == TokenUsage() and len(sent) == index
+        prompt = list(handle.tokens)
+        reply = await engine.generate(handle, GREEDY)
+        assert sent[-1] == prompt and len(sent) == index + 1  # one request, over the whole log
+        usage = reply.usage
+        assert usage.reused == min(computed, len(prompt) - 1) // BLOCK * BLOCK
+        assert usage.reused + usage.prefilled == len(prompt)
+        assert usage.prefilled - (len(prompt) - computed) < BLOCK  # new tokens, at most one partial block again
+        computed = len(prompt) + usage.decoded - 1  # every sampled token but the last was fed back
+        figures.append((len(prompt), usage.reused, usage.prefilled))
     assert figures[0][1] == 0 and all(reused > 0 for _, reused, _ in figures[1:])
-    print("prefix reuse (prompt, reused, prefilled) per call:", figures)
+    print("one request per transition (prompt, reused, prefilled):", figures)
+
+
+async def test_turn_usage_through_the_runtime_adds_up(engine: VLLMEngine) -> None:
+    """The runtime's per-transition usage on the lazy engine: the one request's counts, closing tokens included in
+    the next transition's prefill, never more computed than the prompt holds."""
+    chat = engine.chat
+    handle = await engine.open("runtime", salt=salt())
+    synced = Synced(handle, chat.render_block("system", "You are a helpful assistant. Answer briefly."), 0)
+    logged = 0
+    for turn, text in enumerate(["Hi! Please help me plan my week.", "Suggest a time for my runs."], start=1):
+        outcome = await advance(engine, synced, [render(chat, Observation("user", text))], sampled(turn, 16))
+        usage = outcome.usage
+        assert usage.prompt_tokens == usage.reused_tokens + usage.prefill_tokens
+        assert 0 < usage.prefill_tokens <= usage.prompt_tokens and usage.closing_tokens == 0
+        assert usage.prefill_tokens - (usage.prompt_tokens - logged) < BLOCK
+        logged = usage.prompt_tokens + usage.decode_tokens - 1
+        synced = Synced(handle, [], 0)
+    silent = await advance(engine, synced, [render(chat, Observation("user", "Noted."))], None)
+    assert silent.usage.prefill_tokens == 0 and silent.usage.prompt_tokens == len(handle.tokens)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -81,15 +118,19 @@ async def test_crop_then_continue_equals_a_fresh_run_over_the_same_tokens(engine
     await engine.generate(subject, sampling)  # the work the crop removes
     await engine.crop(subject, keep)
     assert keep % BLOCK, "the crop must cut a block"
-    usage = await engine.prefill(subject, user_turn(chat, "How many apples are in box 9? Then write a poem."))
-    assert usage.reused == keep // BLOCK * BLOCK  # the cut block and everything after it are recomputed
+    await engine.prefill(subject, user_turn(chat, "How many apples are in box 9? Then write a poem."))
+    prompt = len(subject.tokens)
     fresh = await engine.open("fresh", salt=salt(), tokens=list(subject.tokens))
+    replayed, reference = await engine.generate(subject, sampling), await engine.generate(fresh, sampling)
+    assert replayed.usage.reused == keep // BLOCK * BLOCK  # the cut block and everything after it are recomputed
+    assert (reference.usage.reused, reference.usage.prefilled) == (0, prompt)
+    assert replayed.token_ids == reference.token_ids and replayed.text == reference.text
+    for handle in (subject, fresh):
+        await engine.crop(handle, prompt)
     replay_ids, replay_lp = await engine.sample_logprobs(subject, sampling)
     fresh_ids, fresh_lp = await engine.sample_logprobs(fresh, sampling)
-    assert replay_ids == fresh_ids
+    assert replay_ids == fresh_ids == replayed.token_ids[: len(replay_ids)]
     assert replay_lp == fresh_lp, max_abs_diff(replay_lp, fresh_lp)  # bit for bit
-    replayed, reference = await engine.generate(subject, sampling), await engine.generate(fresh, sampling)
-    assert replayed.token_ids == reference.token_ids and replayed.text == reference.text
 
 
 async def test_forget_one_transition_equals_the_counterfactual_session(engine: VLLMEngine) -> None:
@@ -142,7 +183,8 @@ async def test_finding_blocks_filled_while_decoding_differ_from_a_prefill_in_the
     await engine.prefill(subject, prompt)
     story = await engine.generate(subject, sampled(500, max_tokens=60))
     assert len(prompt) < 2 * BLOCK < len(prompt) + len(story.token_ids), "the story must complete block 2"
-    usage = await engine.prefill(subject, user_turn(chat, "Now summarise it in one line."))
+    await engine.prefill(subject, user_turn(chat, "Now summarise it in one line."))
+    usage = await engine.warm(subject)
     assert usage.reused >= 2 * BLOCK  # block 2, decode-filled, comes from the cache
     fresh = await engine.open("prefilled", salt=salt(), tokens=list(subject.tokens))
     cached_ids, cached_lp = await engine.sample_logprobs(subject, sampling)
@@ -158,26 +200,26 @@ async def test_finding_reuse_is_block_granular_and_a_whole_cached_log_recomputes
 ) -> None:
     chat = engine.chat
     tokens = facts(chat, 40)[: 2 * BLOCK]  # exactly two blocks
-    handle = await engine.open("aligned", salt=salt())
-    first = await engine.prefill(handle, tokens)
-    again = await engine.prefill(handle, [])  # the same log, all of it cached
+    handle = await engine.open("aligned", salt=salt(), tokens=tokens)
+    first = await engine.warm(handle)
+    again = await engine.warm(handle)  # the same log, all of it cached
     assert (first.reused, first.prefilled) == (0, 2 * BLOCK)
     # vLLM must compute at least the last prompt token, and it serves whole blocks: the last block is recomputed.
     assert (again.reused, again.prefilled) == (BLOCK, BLOCK)
     await engine.crop(handle, 2 * BLOCK - 1)
-    cut = await engine.prefill(handle, [])
+    cut = await engine.warm(handle)
     assert (cut.reused, cut.prefilled) == (BLOCK, BLOCK - 1)
 
 
 async def test_cache_salt_keeps_tenants_apart(engine: VLLMEngine) -> None:
     tokens = facts(engine.chat)
     tenant_a, tenant_b = salt(), salt()
-    a = await engine.open("a", salt=tenant_a)
-    assert (await engine.prefill(a, tokens)).reused == 0
-    b = await engine.open("b", salt=tenant_b)
-    assert (await engine.prefill(b, tokens)).reused == 0  # the same tokens under another salt share nothing
-    a2 = await engine.open("a2", salt=tenant_a)
-    assert (await engine.prefill(a2, tokens)).reused == len(tokens) // BLOCK * BLOCK
+    a = await engine.open("a", salt=tenant_a, tokens=tokens)
+    assert (await engine.warm(a)).reused == 0
+    b = await engine.open("b", salt=tenant_b, tokens=tokens)
+    assert (await engine.warm(b)).reused == 0  # the same tokens under another salt share nothing
+    a2 = await engine.open("a2", salt=tenant_a, tokens=tokens)
+    assert (await engine.warm(a2)).reused == len(tokens) // BLOCK * BLOCK
 
 
 async def test_fork_shares_the_cached_blocks(engine: VLLMEngine) -> None:
@@ -191,7 +233,8 @@ async def test_fork_shares_the_cached_blocks(engine: VLLMEngine) -> None:
 
 
 async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLLMEngine) -> None:
-    """max_num_seqs=1 (the default) runs one sequence at a time: concurrent calls give the solo results bit for bit.
+    """max_num_seqs=1 (exactness "unbatched") runs one sequence at a time: concurrent calls give the solo results bit
+    for bit.
     (With batching, logprobs of batched requests differ: `python -m bench.vllm_batching` measures how often.)"""
     chat = engine.chat
     logs = [facts(chat, 20), [*chat.render_block("user", "Tell me about tea and sailing."), *chat.assistant_header()]]
@@ -229,11 +272,13 @@ async def test_cache_misses_are_detected_after_eviction(engine: VLLMEngine) -> N
     chat = engine.chat
     handle = await engine.open("evicted", salt=salt())
     await engine.prefill(handle, facts(chat))
+    await engine.generate(handle, GREEDY)
     misses = engine.cache_misses
     filler = facts(chat, 300)[:3500]  # two of these overflow the 256 MiB of blocks and push the LRU ones out
     for _ in range(2):
-        await engine.prefill(await engine.open("filler", salt=salt()), filler)
-    usage = await engine.prefill(handle, user_turn(chat, "Still there?"))
+        await engine.warm(await engine.open("filler", salt=salt(), tokens=filler))
+    await engine.prefill(handle, user_turn(chat, "Still there?"))
+    usage = (await engine.generate(handle, GREEDY)).usage
     assert usage.reused == 0 and engine.cache_misses == misses + 1
 
 
@@ -255,7 +300,7 @@ async def test_generation_conventions(engine: VLLMEngine) -> None:
     assert cut.finish_reason == "stop" and "." not in cut.text and "." in chat.decode(cut.token_ids)
     assert handle.tokens[-len(cut.token_ids) :] == cut.token_ids  # a stop string's tokens stay in the log, as in hf
     nothing = await engine.generate(handle, Sampling(max_tokens=0))
-    assert nothing.token_ids == [] and nothing.usage.reused + nothing.usage.prefilled == len(handle.tokens)
+    assert nothing.token_ids == [] and nothing.usage == TokenUsage()  # nothing sampled, nothing computed yet
 
 
 async def test_misuse_is_rejected(engine: VLLMEngine) -> None:

@@ -22,7 +22,7 @@ import httpx
 import pytest_asyncio
 
 from app.engine.model_store import resolve_model
-from app.engine.protocol import KVEngine, Sampling
+from app.engine.protocol import KVEngine, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
 from tests.engine_vllm.vllm_helpers import BLOCK, GREEDY, facts, salt, sampled, user_turn
@@ -103,29 +103,33 @@ async def engine(fleet: Fleet) -> AsyncIterator[VLLMRemoteEngine]:
 async def test_engine_discovers_the_fleet(engine: VLLMRemoteEngine) -> None:
     assert isinstance(engine, KVEngine) and engine.ready
     assert engine.served_model == SERVED and engine.model_id == "SmolLM2-135M-Instruct"
+    assert engine.exactness == "batched"  # the fleet batches (vLLM's default), as the module docstring says
 
 
 async def test_third_call_of_a_growing_log_reuses_the_prefix(engine: VLLMRemoteEngine) -> None:
     chat = engine.chat
     handle = await engine.open("reuse", salt=salt())
-    first = await engine.prefill(handle, facts(chat))
-    second = await engine.generate(handle, GREEDY)
-    third = await engine.prefill(handle, user_turn(chat, "How many apples are in box 3?"))
+    assert await engine.prefill(handle, facts(chat)) == TokenUsage()  # sends nothing: generate carries it
+    first = (await engine.generate(handle, GREEDY)).usage
+    second = (await engine.generate(handle, GREEDY)).usage
+    await engine.prefill(handle, user_turn(chat, "How many apples are in box 3?"))
+    prompt = len(handle.tokens)
+    third = (await engine.generate(handle, GREEDY)).usage
     assert (first.reused, first.prefilled) == (0, len(facts(chat)))
-    assert second.usage.reused == (len(facts(chat)) - 1) // BLOCK * BLOCK
+    assert second.reused == (len(facts(chat)) - 1) // BLOCK * BLOCK
     assert third.reused > 0 and third.reused % BLOCK == 0
-    assert third.reused + third.prefilled == len(handle.tokens)
-    print("remote prefix reuse:", [(u.reused, u.prefilled) for u in (first, second.usage, third)])
+    assert third.reused + third.prefilled == prompt
+    print("remote prefix reuse:", [(u.reused, u.prefilled) for u in (first, second, third)])
 
 
 async def test_another_salt_reuses_nothing(engine: VLLMRemoteEngine) -> None:
     tokens = facts(engine.chat)
     tenant = salt()
     a = await engine.open("a", salt=tenant, tokens=list(tokens))
-    assert (await engine.prefill(a, [])).reused == 0
-    assert (await engine.prefill(a, [])).reused == len(tokens) // BLOCK * BLOCK
+    assert (await engine.warm(a)).reused == 0
+    assert (await engine.warm(a)).reused == len(tokens) // BLOCK * BLOCK
     b = await engine.open("b", salt=salt(), tokens=list(tokens))
-    assert (await engine.prefill(b, [])).reused == 0  # the same tokens under another tenant's salt: 0 cached
+    assert (await engine.warm(b)).reused == 0  # the same tokens under another tenant's salt: 0 cached
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, sampled(transition_seed(7, 3))], ids=["greedy", "sampled"])
@@ -138,10 +142,10 @@ async def test_crop_then_continue_equals_a_fresh_run(engine: VLLMRemoteEngine, s
     await engine.prefill(subject, user_turn(chat, "My secret code is 4417 and I live at 12 Rue Cler, Paris."))
     await engine.generate(subject, sampling)
     await engine.crop(subject, keep)
-    usage = await engine.prefill(subject, user_turn(chat, "How many apples are in box 9? Then write a poem."))
-    assert usage.reused == keep // BLOCK * BLOCK  # the block the crop cut is recomputed, from its start
+    await engine.prefill(subject, user_turn(chat, "How many apples are in box 9? Then write a poem."))
     fresh = await engine.open("fresh", salt=salt(), tokens=list(subject.tokens))
     replayed, reference = await engine.generate(subject, sampling), await engine.generate(fresh, sampling)
+    assert replayed.usage.reused == keep // BLOCK * BLOCK  # the block the crop cut is recomputed, from its start
     assert fresh.tokens == subject.tokens and replayed.token_ids == reference.token_ids
     assert replayed.text == reference.text and replayed.finish_reason == reference.finish_reason
 

@@ -46,6 +46,10 @@ class GatedEngine:
     def max_context_tokens(self) -> int | None:
         return None
 
+    @property
+    def exactness(self) -> str:
+        return "exact"
+
     async def close(self) -> None:
         self.gate.set()
 

@@ -82,6 +82,10 @@ class _LoadingEngine:
         return False
 
     @property
+    def exactness(self) -> str:
+        return "exact"
+
+    @property
     def chat(self) -> Any:
         raise AttributeError("not loaded")
 

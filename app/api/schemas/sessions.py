@@ -169,11 +169,16 @@ class UsageOut(BaseModel):
     """The engine's measured token counts for this transition: `prompt_tokens = reused_tokens + prefill_tokens`."""
 
     prompt_tokens: int = Field(description="The log the reply was sampled from (without a reply: the log after it)")
-    reused_tokens: int = Field(description="Prompt tokens whose KV came from the cache")
+    reused_tokens: int = Field(
+        description="Prompt tokens this transition did not compute: their KV came from the cache (on vllm, a "
+        "transition without a reply computes nothing; the next request computes its tokens and counts them)"
+    )
     prefill_tokens: int = Field(description="Prompt tokens computed by this transition")
     decode_tokens: int = Field(description="Tokens sampled, a stop token included")
     closing_tokens: int = Field(
-        default=0, description="Tokens computed after sampling to close the turn in the cache (end-of-turn marker)"
+        default=0,
+        description="Tokens computed after sampling to close the turn in the cache (end-of-turn marker); 0 on vllm, "
+        "whose next request computes them and counts them in its prefill_tokens",
     )
 
 
