@@ -124,6 +124,7 @@ class ForgetExecutor:
                 change = await strategy.apply(work, policy)  # the model work, outside any transaction
                 async with lease.commit() as (tx, locked):
                     entry = await swap_in(tx, locked, found, change, policy)
+                    entry = entry.model_copy(update={"exactness": self.slot.engine.exactness})
                     derived = []
                     if strategy.cleans_derived_memory:
                         derived = await self._forget_derived_memory(tx, job, found.closure)

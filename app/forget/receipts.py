@@ -51,6 +51,13 @@ class SessionReceipt(BaseModel):
     epoch_after: int | None = None
     state_sha256_before: str | None = None
     state_sha256_after: str | None = None
+    exactness: str | None = Field(
+        default=None,
+        description="How exactly the engine reproduced the counterfactual: `exact` (hf: bit for bit), `unbatched` or "
+        "`batch-invariant` (vLLM: bit for bit while the prefix stays cached), `batched` (vLLM batching beside live "
+        "traffic: a token may flip at a near-tie; docs/engines.md measures how often). Unset in a dry run and in "
+        "receipts from before it was recorded.",
+    )
 
 
 class MemoryReceipt(BaseModel):

@@ -109,6 +109,7 @@ def test_no_request_reaches_the_forgotten_blocks_through_the_api(server: Served)
         turn(tenant, s, T3)
         receipt = forget(tenant, target)["sessions"][0]
         assert receipt["transitions_replayed"] == 2 and receipt["tokens"]["reused"] > 0
+        assert receipt["exactness"] == "batched"  # vLLM batches by default: the receipt says so
         probe = new_session(tenant)
         turn(tenant, probe, T1)
         probe_a = turn(tenant, probe, SECRET)["usage"]["reused_tokens"]

@@ -99,6 +99,7 @@ def test_artifact_target_equals_the_session_that_never_saw_it(
     assert 0 < spent < receipt["tokens"]["full_reset_estimate"]
     assert (receipt["epoch_before"], receipt["epoch_after"]) == (0, 1)
     assert receipt["state_sha256_before"] != receipt["state_sha256_after"]
+    assert receipt["exactness"] == "exact"  # the hf engine: bit for bit
     assert target in receipt["closure"]
     session = client.get(f"/v1/sessions/{session_id}").json()
     assert session["epoch"] == 1 and session["turns"] == 5
