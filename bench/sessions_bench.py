@@ -39,7 +39,8 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.forget_bench import CLEAN, TARGET, JobFailed, build_session, forget
+from bench.forget_bench import CLEAN, TARGET, JobFailed, build_session, forget, shape
+from bench.forget_bench import SYSTEM as FORGET_SYSTEM
 from bench.serve import MODEL_CACHE, LetheServer, serving
 
 API_KEY = "bench-key-" + "0" * 24
@@ -189,7 +190,22 @@ async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: in
         with httpx.Client(base_url=server.url, headers=headers, timeout=timeout_s) as sync:
             return [build_session(sync, messages, sampling(max_tokens)) for _ in range(2)]
 
-    (_, idle_target), (_, busy_target) = await asyncio.to_thread(build)
+    def counterfactual() -> list[Any]:
+        """The session that never saw the target: its transition 2 is empty, as the forget leaves it."""
+        with httpx.Client(base_url=server.url, headers=headers, timeout=timeout_s) as sync:
+            r = sync.post("/v1/sessions", json={"system_prompt": FORGET_SYSTEM, "sampling": sampling(max_tokens)})
+            r.raise_for_status()
+            sid = r.json()["id"]
+            for body in ({"inputs": [{"type": "user", "content": CLEAN[0]}]}, {"inputs": [], "generate": False},
+                         {"inputs": [{"type": "user", "content": CLEAN[1]}]}):
+                sync.post(f"/v1/sessions/{sid}/turns", json=body).raise_for_status()
+            return shape(sync, sid)
+
+    def shape_of(session_id: str) -> list[Any]:
+        with httpx.Client(base_url=server.url, headers=headers, timeout=timeout_s) as sync:
+            return shape(sync, session_id)
+
+    (idle_session, idle_target), (busy_session, busy_target) = await asyncio.to_thread(build)
     idle_job, idle_s = await asyncio.to_thread(forget_one, idle_target)
     row = Row(engine, "beside-forget", n, 0, max_tokens)
     done = asyncio.Event()
@@ -213,7 +229,10 @@ async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: in
         row.wall_s = time.perf_counter() - start
         row.turns = row.sent
     scan_log(server, offset, row)
+    reference = await asyncio.to_thread(counterfactual)
     return {
+        "idle_equal": await asyncio.to_thread(shape_of, idle_session) == reference,
+        "busy_equal": await asyncio.to_thread(shape_of, busy_session) == reference,
         "idle_s": idle_s, "busy_s": busy_s, "busy_over_idle": busy_s / idle_s,
         "idle_duration_ms": idle_job.get("duration_ms"), "busy_duration_ms": busy_job.get("duration_ms"),
         "beside": row.summary(), "beside_all_ok": row.ok == row.sent and row.sent > 0,
@@ -349,7 +368,9 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 f"- {result['engine']} forget: idle {f['idle_s']:.2f} s (job {f['idle_duration_ms']} ms), beside "
                 f"{b['sessions']} generating sessions {f['busy_s']:.2f} s (job {f['busy_duration_ms']} ms), "
                 f"{f['busy_over_idle']:.2f} x idle; their turns {b['ok']}/{b['sent']} ok, {b['server_5xx']} 5xx, "
-                f"{len(b['transport_errors'])} transport errors: {'all succeeded' if f['beside_all_ok'] else 'FAILED'}"
+                f"{len(b['transport_errors'])} transport errors: "
+                f"{'all succeeded' if f['beside_all_ok'] else 'FAILED'}; "
+                f"forgotten session equal to the counterfactual: idle {f['idle_equal']}, beside {f['busy_equal']}"
             )
     return "\n".join(lines) + "\n"
 
