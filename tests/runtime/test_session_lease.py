@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +21,8 @@ from app.api.deps import ContainerDep
 from app.api.routers.sessions import get_sessions
 from app.sessions.service import SessionService
 from tests.conftest import LiveServer
-from tests.runtime.runtime_helpers import artifacts, create_session, session, turn, user
-from tests.support import POLL_S, HeldLock, problem, sql
+from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
+from tests.support import POLL_S, HeldLock, held_session, lethe_serve, problem, sql, wait_waiting
 
 COUNT = [user("Count from 1 to 10000, separated by commas.")]
 
@@ -137,3 +138,41 @@ def test_a_turn_longer_than_its_lease_keeps_it_by_renewing(
     assert answer["turn"].status_code == 200, answer["turn"].text
     assert answer["turn"].json()["turn"] == 1
     assert _lease_of(database_url, sid)["lease_owner"] is None  # released
+
+
+def test_turns_from_two_api_processes_take_the_session_one_at_a_time(
+    client: httpx.Client, database_url: str, tmp_path: Path
+) -> None:
+    """Four turns on one session, two through each of two API processes, all released at once: each process has one
+    turn polling for the lease and one queued behind it in the process (seen in both processes' gauges) when the
+    session is let go, so they provably race for it across processes."""
+    sid = create_session(client, sampling={"max_tokens": 4, "seed": 5})
+    other = lethe_serve(database_url, tmp_path)
+    results: list[httpx.Response] = []
+    try:
+        other.wait_ready()
+        urls = [str(client.base_url), other.url]
+
+        def post(url: str, text: str) -> None:
+            with httpx.Client(base_url=url, headers=client.headers, timeout=240) as c:
+                results.append(c.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user(text)]}))
+
+        threads = [threading.Thread(target=post, args=(urls[i % 2], f"Message {i}.")) for i in range(4)]
+        with held_session(database_url, sid):
+            for thread in threads:
+                thread.start()
+            for url in urls:
+                wait_waiting(url, 2)
+        for thread in threads:
+            thread.join(timeout=300)
+    finally:
+        other.stop()
+    assert [r.status_code for r in results] == [200] * 4, [r.text for r in results]
+    assert sorted(r.json()["turn"] for r in results) == [1, 2, 3, 4]
+    items = artifacts(client, sid)
+    assert_tiles(items)
+    by_turn = {r.json()["turn"]: r.json() for r in results}
+    for t in range(1, 5):  # each transition's observation and reply adjacent, in turn order
+        observation, reply = items[2 * t - 1], items[2 * t]
+        assert observation["id"] == by_turn[t]["inputs"][0]["artifact_id"]
+        assert reply["id"] == by_turn[t]["reply"]["artifact_id"]
