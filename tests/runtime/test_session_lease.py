@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,28 @@ def _wait_leased(database_url: str, session_id: str, limit_s: float = 120) -> st
     return str(owner)
 
 
+@contextmanager
+def _parked_at_its_commit(client: httpx.Client, database_url: str, sid: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A turn sent in a thread, held at its commit for the block: it has taken the lease and generated, and its
+    commit's FOR UPDATE waits behind the test's FOR KEY SHARE (which blocks neither the lease's renewals nor a plain
+    update of it). Yields the lease owner and where the answer lands once the block ends and the turn commits."""
+    answer: dict[str, Any] = {}
+
+    def run() -> None:
+        with httpx.Client(base_url=str(client.base_url), headers=client.headers, timeout=240) as c:
+            answer["turn"] = c.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Hello there.")]})
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        owner = _wait_leased(database_url, sid)
+        with HeldLock(database_url, "SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", sid) as held:
+            held.wait_blocked()
+            yield owner, answer
+    finally:
+        thread.join(timeout=240)
+
+
 def test_no_transaction_is_open_while_a_turn_generates(client: httpx.Client, database_url: str) -> None:
     sid = create_session(client, sampling={"max_tokens": 60})
     with client.stream("POST", f"/v1/sessions/{sid}/turns", json={"inputs": COUNT, "stream": True}) as stream:
@@ -70,24 +93,11 @@ def test_no_transaction_is_open_while_a_turn_generates(client: httpx.Client, dat
 def test_a_turn_whose_lease_was_taken_over_writes_nothing(client: httpx.Client, database_url: str) -> None:
     sid = create_session(client, sampling={"max_tokens": 16})
     before = artifacts(client, sid)
-    answer: dict[str, httpx.Response] = {}
-
-    def run() -> None:
-        with httpx.Client(base_url=str(client.base_url), headers=client.headers, timeout=240) as c:
-            answer["turn"] = c.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Hello there.")]})
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        owner = _wait_leased(database_url, sid)
-        with HeldLock(database_url, "SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", sid) as held:
-            held.wait_blocked()  # the turn has generated and waits at its commit
-            # Another process takes the session over (as if this one had stalled past its lease).
-            stolen = sql(database_url, "UPDATE sessions SET lease_owner = 'thief', lease_expires_at = now() + "
-                                       "interval '1 hour' WHERE id = $1 AND lease_owner = $2 RETURNING id", sid, owner)
-            assert stolen
-    finally:
-        thread.join(timeout=240)
+    with _parked_at_its_commit(client, database_url, sid) as (owner, answer):
+        # Another process takes the session over (as if this one had stalled past its lease).
+        stolen = sql(database_url, "UPDATE sessions SET lease_owner = 'thief', lease_expires_at = now() + "
+                                   "interval '1 hour' WHERE id = $1 AND lease_owner = $2 RETURNING id", sid, owner)
+        assert stolen
     body = problem(answer["turn"], 409)
     assert body["type"].endswith("session_busy") and "taken over" in body["detail"]
     assert session(client, sid)["turns"] == 0 and artifacts(client, sid) == before  # nothing half-written
@@ -115,26 +125,14 @@ def test_a_turn_longer_than_its_lease_keeps_it_by_renewing(
     client: httpx.Client, database_url: str, one_second_lease: None
 ) -> None:
     sid = create_session(client, sampling={"max_tokens": 8})
-    answer: dict[str, httpx.Response] = {}
-
-    def run() -> None:
-        with httpx.Client(base_url=str(client.base_url), headers=client.headers, timeout=240) as c:
-            answer["turn"] = c.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Hello there.")]})
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        owner = _wait_leased(database_url, sid)
-        with HeldLock(database_url, "SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE", sid) as held:
-            held.wait_blocked()  # parked at its commit: from here on only the heartbeat keeps the lease
-            seen = {_lease_of(database_url, sid)["expires"]}
-            while len(seen) < 4:  # three renewals: it has held the session for longer than its 1 s lease
-                time.sleep(POLL_S)
-                lease = _lease_of(database_url, sid)
-                assert lease["lease_owner"] == owner and lease["live"], lease
-                seen.add(lease["expires"])
-    finally:
-        thread.join(timeout=240)
+    with _parked_at_its_commit(client, database_url, sid) as (owner, answer):
+        # From here on only the heartbeat keeps the lease.
+        seen = {_lease_of(database_url, sid)["expires"]}
+        while len(seen) < 4:  # three renewals: it has held the session for longer than its 1 s lease
+            time.sleep(POLL_S)  # polling the row until the renewals are seen (an event, not a length of time)
+            lease = _lease_of(database_url, sid)
+            assert lease["lease_owner"] == owner and lease["live"], lease
+            seen.add(lease["expires"])
     assert answer["turn"].status_code == 200, answer["turn"].text
     assert answer["turn"].json()["turn"] == 1
     assert _lease_of(database_url, sid)["lease_owner"] is None  # released
