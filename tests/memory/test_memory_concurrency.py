@@ -11,12 +11,12 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.memory_history import Op, Recorder, check_history
 from tests.memory.memory_helpers import create
 from tests.support import HeldLock, lethe_serve, problem
 
@@ -65,29 +65,6 @@ async def test_summarizer_write_in_flight_across_the_forget_is_rejected(
 
 
 # ---- randomized: many writers and forgetters on a few keys, every operation timed, then a checker ----------------
-
-
-@dataclass
-class Op:
-    kind: str  # read | write | forget
-    key: str
-    start: float
-    end: float
-    status: int
-    base: int | None = None  # writes: the version the write was based on
-    version: int | None = None  # the version read, written, or the tombstone
-    tag: str | None = None  # writes: the unique value written; reads: the value seen
-    forgotten: bool = False
-
-
-@dataclass
-class Recorder:
-    ops: list[Op] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, op: Op) -> None:
-        with self.lock:
-            self.ops.append(op)
 
 
 def _worker(
@@ -145,44 +122,6 @@ def _worker(
                     forgotten=r.json()["already_forgotten"],
                 )
             rec.add(op)
-
-
-def check_history(ops: list[Op]) -> dict[str, int]:
-    """Prove the invariant over the recorded operations; returns the counts (violations must all be 0)."""
-    writes = {o.tag: o for o in ops if o.kind == "write" and o.status in (200, 201)}
-    forgets = [o for o in ops if o.kind == "forget" and o.status == 200]
-    resurrections = stale_landed = stale_reads = checked = 0
-    for f in forgets:
-        assert f.version is not None
-        for o in ops:
-            if o.key != f.key or o.start <= f.end:
-                continue  # only operations that began after this forget had returned
-            checked += 1
-            if o.kind == "read":
-                seen = o.version or 0
-                if o.status == 200:
-                    w = writes.get(o.tag)  # None: the seed value, written before any forget
-                    if w is None or w.base is None or w.base < f.version:
-                        resurrections += 1  # a read shows a value written from before the tombstone
-                if seen < f.version or (o.status == 200 and seen == f.version):
-                    stale_reads += 1
-            if o.kind == "write" and o.status in (200, 201) and (o.base or 0) < f.version:
-                stale_landed += 1
-    # every landed write got exactly base + 1, and no two writes of a key got the same version
-    cas_violations = sum(1 for w in writes.values() if w.version != (w.base or 0) + 1)
-    versions = [(o.key, o.version) for o in writes.values()]
-    duplicate_versions = len(versions) - len(set(versions))
-    return {
-        "resurrections": resurrections,
-        "stale_writes_landed": stale_landed,
-        "stale_reads": stale_reads,
-        "cas_violations": cas_violations,
-        "duplicate_versions": duplicate_versions,
-        "writes_landed": len(writes),
-        "writes_rejected": sum(1 for o in ops if o.kind == "write" and o.status == 412),
-        "forgets": len(forgets),
-        "ops_checked_against_a_forget": checked,
-    }
 
 
 def test_randomized_writers_and_forgetters_never_resurrect(
