@@ -6,6 +6,7 @@ import logging
 import re
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -96,11 +97,15 @@ def _unparsable_body(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
 
 
-def _error_response(request: Request, error: LetheError) -> JSONResponse:
+def error_response(path: str, error: LetheError) -> JSONResponse:
     """A domain error in the form its route speaks: OpenAI's error body on the compatible routes, else a problem."""
-    if compat.is_compat_path(request.url.path):
+    if compat.is_compat_path(path):
         return compat.from_lethe(error)
-    return problem_response(error, instance=request.url.path)
+    return problem_response(error, instance=path)
+
+
+def _error_response(request: Request, error: LetheError) -> JSONResponse:
+    return error_response(request.url.path, error)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -150,6 +155,18 @@ def install_problem_handlers(app: FastAPI) -> None:
             lost = DatabaseUnavailable("the database connection was lost; retry", headers={"Retry-After": "1"})
             return _error_response(request, lost)
         return await _unexpected(request, exc)
+
+    # The same on the hot path's asyncpg pool (app/db/session.py `Database.pg`): the backend was terminated or the
+    # socket died mid-statement. The pool replaces a closed connection at its next checkout.
+    @app.exception_handler(asyncpg.PostgresConnectionError)
+    @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)
+    @app.exception_handler(asyncpg.InterfaceError)
+    async def _pg_connection(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, asyncpg.InterfaceError) and "closed" not in str(exc):
+            return await _unexpected(request, exc)  # a misuse of the driver, not a lost connection
+        log.warning("database connection lost; the pool reconnects", extra={"path": request.url.path})
+        lost = DatabaseUnavailable("the database connection was lost; retry", headers={"Retry-After": "1"})
+        return _error_response(request, lost)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from app.db.embedded import start_embedded_postgres, to_async_url
+from app.db.statements import OnConnection, Sql
 from app.settings import Settings
 
 APPLICATION_NAME = "lethe"  # how the service's connections show in pg_stat_activity
@@ -29,6 +32,30 @@ class Database:
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._single = async_sessionmaker(self.engine.execution_options(isolation_level="AUTOCOMMIT"),
                                           expire_on_commit=False)
+        self._pg_url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._pg_size = pool_size
+        self._pg: asyncpg.Pool | None = None
+        self._pg_lock = asyncio.Lock()
+
+    @asynccontextmanager
+    async def pg(self) -> AsyncIterator[Sql]:
+        """A plain asyncpg connection for a hot path's statements (app/db/statements.py), no transaction open: each
+        statement commits on its own. Its own pool beside SQLAlchemy's, sized alike; opened on first use."""
+        pool = self._pg or await self._open_pg()
+        async with pool.acquire() as connection:
+            yield OnConnection(connection)
+
+    async def _open_pg(self) -> asyncpg.Pool:
+        async with self._pg_lock:
+            if self._pg is None:
+                self._pg = await asyncpg.create_pool(
+                    self._pg_url, min_size=1, max_size=self._pg_size, init=_jsonb_as_json,
+                    server_settings={"application_name": APPLICATION_NAME},
+                    # A release would otherwise reset the session (RESET ALL, UNLISTEN, ...): a round trip per
+                    # request for state these statements never set.
+                    reset=_nothing_to_reset,
+                )
+            return self._pg
 
     @asynccontextmanager
     async def single_statement(self) -> AsyncIterator[AsyncSession]:
@@ -52,7 +79,17 @@ class Database:
             return False
 
     async def close(self) -> None:
+        if self._pg is not None:
+            await self._pg.close()
         await self.engine.dispose()
+
+
+async def _jsonb_as_json(connection: asyncpg.Connection) -> None:
+    await connection.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def _nothing_to_reset(connection: asyncpg.Connection) -> None:
+    return None
 
 
 async def resolve_database_url(settings: Settings) -> str:

@@ -23,6 +23,7 @@ from app.db.models import ForgetJob
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
+from app.db.statements import InSession
 from app.embeddings import Embedder
 from app.engine.slot import EngineSlot
 from app.errors import InvalidRequest, NotFound, SessionBusy
@@ -166,7 +167,7 @@ class ForgetExecutor:
         the target), in the session's transaction; each queues its own cascade job."""
         if not closure:
             return []
-        records = await memory_repo.derived_from(tx, job.tenant_id, [entry.artifact_id for entry in closure])
+        records = await memory_repo.derived_from(InSession(tx), job.tenant_id, [entry.artifact_id for entry in closure])
         out = []
         for namespace, key in records:
             outcome, _ = await forget_in(

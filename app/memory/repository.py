@@ -10,6 +10,10 @@ Correctness rests on two rules, both valid at READ COMMITTED:
 - A forget locks the head row by turning it into a tombstone, and only then, in a *later* statement of the same
   transaction, erases earlier values from history. A later statement takes a fresh snapshot, which sees every write
   that committed before the tombstone got the lock; nobody can add a version afterwards while we hold the lock.
+
+Functions take `Sql` (app/db/statements.py): the HTTP hot path runs them on a plain asyncpg connection, one
+statement per autocommit, and callers with a unit of work open (a forget job, a new session injecting records) run
+them in their ORM transaction.
 """
 
 from __future__ import annotations
@@ -18,9 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncSession
+from app.db.statements import Row, Sql, Statement
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ _HISTORY_FROM_HEAD = """
     SELECT version, updated_at FROM head
 """
 
-_CAS_UPDATE = text(
+_CAS_UPDATE = Statement(
     f"""
     WITH head AS (
         UPDATE memory_records
@@ -80,10 +82,11 @@ _CAS_UPDATE = text(
         RETURNING tenant_id, namespace, key, version, value, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
-    """
-).bindparams(bindparam("value", type_=JSONB), bindparam("provenance", type_=JSONB))
+    """,
+    json=["value", "provenance"],
+)
 
-_CREATE = text(
+_CREATE = Statement(
     f"""
     WITH head AS (
         INSERT INTO memory_records
@@ -93,12 +96,13 @@ _CREATE = text(
         RETURNING tenant_id, namespace, key, version, value, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
-    """
-).bindparams(bindparam("value", type_=JSONB), bindparam("provenance", type_=JSONB))
+    """,
+    json=["value", "provenance"],
+)
 
 # A never-written key gets tombstone version 1, so a stale "create if absent" cannot land after the forget.
 # On an existing key the upsert locks the row even when the WHERE (already a tombstone) leaves it unchanged.
-_TOMBSTONE = text(
+_TOMBSTONE = Statement(
     """
     INSERT INTO memory_records (tenant_id, namespace, key, version, value, forgotten, source, updated_at)
     VALUES (:tenant_id, :namespace, :key, 1, NULL, true, :source, clock_timestamp())
@@ -110,7 +114,7 @@ _TOMBSTONE = text(
     """
 )
 
-_ERASE_HISTORY = text(
+_ERASE_HISTORY = Statement(
     f"""
     WITH tomb AS (
         INSERT INTO memory_versions (tenant_id, namespace, key, version, op, value, source, at)
@@ -121,13 +125,13 @@ _ERASE_HISTORY = text(
     """
 )
 
-_HEAD = text(f"SELECT version, forgotten, value, source, updated_at FROM memory_records WHERE {_PK}").columns(
-    value=JSONB
+_HEAD = Statement(
+    f"SELECT version, forgotten, value, source, updated_at FROM memory_records WHERE {_PK}", json=["value"]
 )
 
-_LOCKED_STATE = text(f"SELECT version, forgotten FROM memory_records WHERE {_PK} FOR SHARE")
+_LOCKED_STATE = Statement(f"SELECT version, forgotten FROM memory_records WHERE {_PK} FOR SHARE")
 
-_STATES = text(
+_STATES = Statement(
     """
     SELECT key, version, forgotten FROM memory_records
      WHERE tenant_id = :tenant_id AND namespace = :namespace AND key = ANY(:keys)
@@ -141,22 +145,23 @@ _LIVE_KEYS_SQL = """
      ORDER BY key
      LIMIT :limit
 """
-_LIVE_KEYS_FIRST = text(_LIVE_KEYS_SQL.format(after=""))
-_LIVE_KEYS_AFTER = text(_LIVE_KEYS_SQL.format(after="AND key > :after"))
+_LIVE_KEYS_FIRST = Statement(_LIVE_KEYS_SQL.format(after=""))
+_LIVE_KEYS_AFTER = Statement(_LIVE_KEYS_SQL.format(after="AND key > :after"))
 
 # FOR SHARE: a session injecting these records and a forget tombstoning one of them serialize (see `injectable`).
-_INJECTABLE = text(
+_INJECTABLE = Statement(
     """
     SELECT key, version, value FROM memory_records
      WHERE tenant_id = :tenant_id AND namespace = :namespace AND NOT forgotten
      ORDER BY key
      LIMIT :limit
        FOR SHARE
-    """
-).columns(value=JSONB)
+    """,
+    json=["value"],
+)
 
-_HISTORY = text(f"SELECT version, op, source, at, value FROM memory_versions WHERE {_PK} ORDER BY version").columns(
-    value=JSONB
+_HISTORY = Statement(
+    f"SELECT version, op, source, at, value FROM memory_versions WHERE {_PK} ORDER BY version", json=["value"]
 )
 
 
@@ -164,46 +169,47 @@ def _pk(tenant_id: str, namespace: str, key: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "namespace": namespace, "key": key}
 
 
-async def get_head(db: AsyncSession, tenant_id: str, namespace: str, key: str) -> Head | None:
-    row = (await db.execute(_HEAD, _pk(tenant_id, namespace, key))).one_or_none()
+def _written(row: Row | None) -> Written | None:
+    return None if row is None else Written(version=row["version"], updated_at=row["updated_at"])
+
+
+async def get_head(db: Sql, tenant_id: str, namespace: str, key: str) -> Head | None:
+    row = await db.one(_HEAD, _pk(tenant_id, namespace, key))
     if row is None:
         return None
     return Head(
-        version=row.version, forgotten=row.forgotten, value=row.value, source=row.source, updated_at=row.updated_at
+        version=row["version"], forgotten=row["forgotten"], value=row["value"], source=row["source"],
+        updated_at=row["updated_at"],
     )
 
 
 async def write_if_version(
-    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str,
+    db: Sql, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str,
     provenance: dict[str, str] | None = None,
 ) -> Written | None:
     """Write `value` as version base+1 if the head is still at `base` (live or tombstone); None otherwise."""
     params = {
         **_pk(tenant_id, namespace, key), "base": base, "value": value, "source": source, "provenance": provenance
     }
-    row = (await db.execute(_CAS_UPDATE, params)).one_or_none()
-    return None if row is None else Written(version=row.version, updated_at=row.updated_at)
+    return _written(await db.one(_CAS_UPDATE, params))
 
 
 async def create_if_absent(
-    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, value: Any, source: str,
+    db: Sql, tenant_id: str, namespace: str, key: str, *, value: Any, source: str,
     provenance: dict[str, str] | None = None,
 ) -> Written | None:
     """Write version 1 if the key was never written (a tombstone counts as written); None otherwise."""
     params = {**_pk(tenant_id, namespace, key), "value": value, "source": source, "provenance": provenance}
-    row = (await db.execute(_CREATE, params)).one_or_none()
-    return None if row is None else Written(version=row.version, updated_at=row.updated_at)
+    return _written(await db.one(_CREATE, params))
 
 
-async def tombstone(db: AsyncSession, tenant_id: str, namespace: str, key: str, *, source: str) -> Written | None:
+async def tombstone(db: Sql, tenant_id: str, namespace: str, key: str, *, source: str) -> Written | None:
     """Turn the head into a tombstone; its new version, or None when it already was one (row then locked)."""
-    params = {**_pk(tenant_id, namespace, key), "source": source}
-    row = (await db.execute(_TOMBSTONE, params)).one_or_none()
-    return None if row is None else Written(version=row.version, updated_at=row.updated_at)
+    return _written(await db.one(_TOMBSTONE, {**_pk(tenant_id, namespace, key), "source": source}))
 
 
 async def erase_history(
-    db: AsyncSession, tenant_id: str, namespace: str, key: str, *, tombstone: Written, source: str
+    db: Sql, tenant_id: str, namespace: str, key: str, *, tombstone: Written, source: str
 ) -> int:
     """Record the tombstone in history and drop the value of every earlier version; the rows erased."""
     params = {
@@ -212,35 +218,36 @@ async def erase_history(
         "source": source,
         "at": tombstone.updated_at,
     }
-    result = await db.execute(_ERASE_HISTORY, params)
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return await db.rowcount(_ERASE_HISTORY, params)
 
 
-async def locked_state(db: AsyncSession, tenant_id: str, namespace: str, key: str) -> State | None:
+async def locked_state(db: Sql, tenant_id: str, namespace: str, key: str) -> State | None:
     """The head's state, share-locked until the transaction ends so it cannot move under the caller."""
-    row = (await db.execute(_LOCKED_STATE, _pk(tenant_id, namespace, key))).one_or_none()
-    return None if row is None else State(version=row.version, forgotten=row.forgotten)
+    row = await db.one(_LOCKED_STATE, _pk(tenant_id, namespace, key))
+    return None if row is None else State(version=row["version"], forgotten=row["forgotten"])
 
 
-async def states(db: AsyncSession, tenant_id: str, namespace: str, keys: list[str]) -> dict[str, State]:
+async def states(db: Sql, tenant_id: str, namespace: str, keys: list[str]) -> dict[str, State]:
     """Current state of several keys (for reporting conflicts); keys never written are absent from the map."""
-    rows = await db.execute(_STATES, {"tenant_id": tenant_id, "namespace": namespace, "keys": keys})
-    return {row.key: State(version=row.version, forgotten=row.forgotten) for row in rows}
+    rows = await db.all(_STATES, {"tenant_id": tenant_id, "namespace": namespace, "keys": keys})
+    return {row["key"]: State(version=row["version"], forgotten=row["forgotten"]) for row in rows}
 
 
-async def live_keys(db: AsyncSession, tenant_id: str, namespace: str, *, after: str | None, limit: int) -> list[str]:
+async def live_keys(db: Sql, tenant_id: str, namespace: str, *, after: str | None, limit: int) -> list[str]:
     """Keyset page of keys that are not tombstones, in key order, strictly after `after`."""
     params: dict[str, Any] = {"tenant_id": tenant_id, "namespace": namespace, "limit": limit}
     if after is None:
-        rows = await db.execute(_LIVE_KEYS_FIRST, params)
+        rows = await db.all(_LIVE_KEYS_FIRST, params)
     else:
-        rows = await db.execute(_LIVE_KEYS_AFTER, {**params, "after": after})
-    return [row.key for row in rows]
+        rows = await db.all(_LIVE_KEYS_AFTER, {**params, "after": after})
+    return [row["key"] for row in rows]
 
 
-async def history(db: AsyncSession, tenant_id: str, namespace: str, key: str) -> list[VersionRow]:
-    rows = await db.execute(_HISTORY, _pk(tenant_id, namespace, key))
-    return [VersionRow(version=r.version, op=r.op, source=r.source, at=r.at, value=r.value) for r in rows]
+async def history(db: Sql, tenant_id: str, namespace: str, key: str) -> list[VersionRow]:
+    rows = await db.all(_HISTORY, _pk(tenant_id, namespace, key))
+    return [
+        VersionRow(version=r["version"], op=r["op"], source=r["source"], at=r["at"], value=r["value"]) for r in rows
+    ]
 
 
 @dataclass(frozen=True)
@@ -250,17 +257,17 @@ class Injectable:
     value: Any
 
 
-async def injectable(db: AsyncSession, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
+async def injectable(db: Sql, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
     """The live records of a namespace, share-locked until the caller's transaction ends.
 
     The lock is the barrier between injecting a record into a new session and forgetting it: a tombstone waits for
     the session's commit, so its cascade job (queued with the tombstone) finds the session; a session created after
     the tombstone re-reads the row once the lock is free and sees the tombstone, so it never injects the value."""
-    rows = await db.execute(_INJECTABLE, {"tenant_id": tenant_id, "namespace": namespace, "limit": limit})
-    return [Injectable(key=r.key, version=r.version, value=r.value) for r in rows]
+    rows = await db.all(_INJECTABLE, {"tenant_id": tenant_id, "namespace": namespace, "limit": limit})
+    return [Injectable(key=r["key"], version=r["version"], value=r["value"]) for r in rows]
 
 
-_DERIVED_FROM = text(
+_DERIVED_FROM = Statement(
     """
     SELECT namespace, key FROM memory_records
      WHERE tenant_id = :tenant_id AND NOT forgotten AND provenance ->> 'artifact_id' = ANY(:artifact_ids)
@@ -269,7 +276,7 @@ _DERIVED_FROM = text(
 )
 
 
-async def derived_from(db: AsyncSession, tenant_id: str, artifact_ids: list[str]) -> list[tuple[str, str]]:
+async def derived_from(db: Sql, tenant_id: str, artifact_ids: list[str]) -> list[tuple[str, str]]:
     """Live records whose value was written back from one of these artifacts (a session's summary)."""
-    rows = await db.execute(_DERIVED_FROM, {"tenant_id": tenant_id, "artifact_ids": artifact_ids})
-    return [(r.namespace, r.key) for r in rows]
+    rows = await db.all(_DERIVED_FROM, {"tenant_id": tenant_id, "artifact_ids": artifact_ids})
+    return [(r["namespace"], r["key"]) for r in rows]

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Database
+from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from app.memory import repository as repo
 from app.memory.repository import Head, Injectable, State, VersionRow, Written
@@ -124,8 +125,8 @@ class MemoryService:
     async def read(self, tenant_id: str, namespace: str, key: str) -> Head:
         check_namespace(namespace)
         check_key(key)
-        async with self.db.single_statement() as session:
-            head = await repo.get_head(session, tenant_id, namespace, key)
+        async with self.db.pg() as sql:
+            head = await repo.get_head(sql, tenant_id, namespace, key)
         if head is None:
             raise NotFound("this key was never written", version=0, forgotten=False, headers={"ETag": etag(0)})
         if head.forgotten:
@@ -138,21 +139,21 @@ class MemoryService:
     ) -> WriteOutcome:
         check_namespace(namespace)
         self._check_write(WriteRequest(key=key, value=value, base_version=base_version, source=source))
-        async with self.db.transaction() as session:
-            written = await self._attempt(session, tenant_id, namespace, key, base_version, value, source)
-        if written is None:
-            state = await self._state(tenant_id, namespace, key)
-            raise PreconditionFailed(
-                f"the key is at version {state.version}, not {base_version}"
-                + (
-                    ": it was forgotten; re-establish it with If-Match of the tombstone version"
-                    if state.forgotten
-                    else ""
-                ),
-                current_version=state.version,
-                forgotten=state.forgotten,
-                headers={"ETag": etag(state.version)},
-            )
+        async with self.db.pg() as sql:  # one statement: it commits on its own
+            written = await self._attempt(sql, tenant_id, namespace, key, base_version, value, source)
+            if written is None:
+                state = await self._state(sql, tenant_id, namespace, key)
+                raise PreconditionFailed(
+                    f"the key is at version {state.version}, not {base_version}"
+                    + (
+                        ": it was forgotten; re-establish it with If-Match of the tombstone version"
+                        if state.forgotten
+                        else ""
+                    ),
+                    current_version=state.version,
+                    forgotten=state.forgotten,
+                    headers={"ETag": etag(state.version)},
+                )
         return WriteOutcome(key=key, version=written.version, created=base_version == 0, updated_at=written.updated_at)
 
     async def forget(self, tenant_id: str, namespace: str, key: str, *, source: str = "user") -> ForgetOutcome:
@@ -160,7 +161,7 @@ class MemoryService:
         check_namespace(namespace)
         check_key(key)
         check_source(source)
-        async with self.db.transaction() as session:
+        async with self.db.transaction() as session:  # the tombstone and its cascade job commit together
             outcome, erased = await forget_in(session, self.cascade, tenant_id, namespace, key, source=source)
         log.info(
             "memory key forgotten",
@@ -183,18 +184,19 @@ class MemoryService:
         if atomic:
             return list(await self._atomic_batch(tenant_id, namespace, writes))
         results: list[WriteOutcome | Rejected] = []
-        for w in writes:  # each write is its own transaction: independent, and no lock outlives its statement
-            async with self.db.transaction() as session:
-                written = await self._attempt(session, tenant_id, namespace, w.key, w.base_version, w.value, w.source)
-            if written is None:
-                state = await self._state(tenant_id, namespace, w.key)
-                results.append(Rejected(key=w.key, current_version=state.version, forgotten=state.forgotten))
-            else:
-                results.append(
-                    WriteOutcome(
-                        key=w.key, version=written.version, created=w.base_version == 0, updated_at=written.updated_at
+        async with self.db.pg() as sql:
+            for w in writes:  # each write commits on its own: independent, and no lock outlives its statement
+                written = await self._attempt(sql, tenant_id, namespace, w.key, w.base_version, w.value, w.source)
+                if written is None:
+                    state = await self._state(sql, tenant_id, namespace, w.key)
+                    results.append(Rejected(key=w.key, current_version=state.version, forgotten=state.forgotten))
+                else:
+                    results.append(
+                        WriteOutcome(
+                            key=w.key, version=written.version, created=w.base_version == 0,
+                            updated_at=written.updated_at,
+                        )
                     )
-                )
         return results
 
     async def list_keys(
@@ -202,8 +204,8 @@ class MemoryService:
     ) -> tuple[list[str], str | None]:
         check_namespace(namespace)
         after = None if cursor is None else decode_cursor(cursor)
-        async with self.db.transaction() as session:
-            keys = await repo.live_keys(session, tenant_id, namespace, after=after, limit=limit + 1)
+        async with self.db.pg() as sql:
+            keys = await repo.live_keys(sql, tenant_id, namespace, after=after, limit=limit + 1)
         if len(keys) > limit:  # one extra row tells whether another page exists without a COUNT
             keys = keys[:limit]
             return keys, encode_cursor(keys[-1])
@@ -212,8 +214,8 @@ class MemoryService:
     async def history(self, tenant_id: str, namespace: str, key: str) -> list[HistoryItem]:
         check_namespace(namespace)
         check_key(key)
-        async with self.db.transaction() as session:
-            rows = await repo.history(session, tenant_id, namespace, key)
+        async with self.db.pg() as sql:
+            rows = await repo.history(sql, tenant_id, namespace, key)
         if not rows:
             raise NotFound("this key was never written", version=0, forgotten=False)
         last_tombstone = max((r.version for r in rows if r.op == "forget"), default=0)
@@ -245,16 +247,17 @@ class MemoryService:
 
     @staticmethod
     async def _attempt(
-        session: AsyncSession, tenant_id: str, namespace: str, key: str, base: int, value: Any, source: str
+        sql: Sql, tenant_id: str, namespace: str, key: str, base: int, value: Any, source: str
     ) -> Written | None:
         if base == 0:
-            return await repo.create_if_absent(session, tenant_id, namespace, key, value=value, source=source)
-        return await repo.write_if_version(session, tenant_id, namespace, key, base=base, value=value, source=source)
+            return await repo.create_if_absent(sql, tenant_id, namespace, key, value=value, source=source)
+        return await repo.write_if_version(sql, tenant_id, namespace, key, base=base, value=value, source=source)
 
-    async def _state(self, tenant_id: str, namespace: str, key: str) -> State:
-        """Where a key stands after a rejected write; a fresh snapshot, so it sees the write that beat ours."""
-        async with self.db.single_statement() as session:
-            found = await repo.states(session, tenant_id, namespace, [key])
+    @staticmethod
+    async def _state(sql: Sql, tenant_id: str, namespace: str, key: str) -> State:
+        """Where a key stands after a rejected write; run as a statement of its own, so its fresh snapshot sees the
+        write that beat ours."""
+        found = await repo.states(sql, tenant_id, namespace, [key])
         return found.get(key, State(version=0, forgotten=False))
 
     async def _atomic_batch(
@@ -270,7 +273,7 @@ class MemoryService:
                 for i in order:
                     w = writes[i]
                     written = await self._attempt(
-                        session, tenant_id, namespace, w.key, w.base_version, w.value, w.source
+                        InSession(session), tenant_id, namespace, w.key, w.base_version, w.value, w.source
                     )
                     if written is None:
                         failed = i
@@ -297,8 +300,8 @@ class MemoryService:
         The batch aborted at its first conflict; reporting only that one would make a client retry once per stale
         key. Replaying in request order lets a batch that writes one key twice (base v, then v+1) not flag itself.
         """
-        async with self.db.transaction() as session:
-            current = await repo.states(session, tenant_id, namespace, sorted({w.key for w in writes}))
+        async with self.db.pg() as sql:
+            current = await repo.states(sql, tenant_id, namespace, sorted({w.key for w in writes}))
         simulated: dict[str, State | None] = {w.key: current.get(w.key) for w in writes}
         conflicts: list[dict[str, Any]] = []
         for i, w in enumerate(writes):
@@ -328,16 +331,17 @@ async def forget_in(
     """Tombstone a key in the caller's transaction (and queue its cascade there); (outcome, history rows erased).
     A forget job that finds a record derived from what it forgets tombstones it this way, atomically with the
     session it rebuilt."""
+    sql = InSession(session)
     for _ in range(_TOMBSTONE_RETRIES):
-        tomb = await repo.tombstone(session, tenant_id, namespace, key, source=source)
+        tomb = await repo.tombstone(sql, tenant_id, namespace, key, source=source)
         if tomb is not None:
-            erased = await repo.erase_history(session, tenant_id, namespace, key, tombstone=tomb, source=source)
+            erased = await repo.erase_history(sql, tenant_id, namespace, key, tombstone=tomb, source=source)
             # The cascade seam: the forget job for every session this record was injected into.
             forget_id = await cascade.enqueue(
                 session, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version
             )
             return ForgetOutcome(version=tomb.version, forget_id=forget_id, already_forgotten=False), erased
-        state = await repo.locked_state(session, tenant_id, namespace, key)
+        state = await repo.locked_state(sql, tenant_id, namespace, key)
         if state is not None and state.forgotten:
             # Idempotent: the same tombstone answers again. Its job (if any) was enqueued the first time.
             return ForgetOutcome(version=state.version, forget_id=None, already_forgotten=True), 0
@@ -350,7 +354,7 @@ async def injectable_in(session: AsyncSession, tenant_id: str, namespace: str, *
     """The live records a new session injects, read in its creating transaction under a share lock: a concurrent
     forget of one either waits for the session (and its cascade then replays it) or lands first (and the record is
     not injected)."""
-    return await repo.injectable(session, tenant_id, namespace, limit=limit)
+    return await repo.injectable(InSession(session), tenant_id, namespace, limit=limit)
 
 
 async def write_summary_in(
@@ -360,14 +364,15 @@ async def write_summary_in(
     transaction. Based on the head read under a share lock, so it supersedes whatever is there, a tombstone included:
     the summary is new information derived now, not a stale write in flight (and a forget of what it was derived
     from tombstones it in turn)."""
-    state = await repo.locked_state(session, tenant_id, namespace, key)
+    sql = InSession(session)
+    state = await repo.locked_state(sql, tenant_id, namespace, key)
     if state is None:
         written = await repo.create_if_absent(
-            session, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
+            sql, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
         )
     else:
         written = await repo.write_if_version(
-            session, tenant_id, namespace, key, base=state.version, value=value, source="summarizer",
+            sql, tenant_id, namespace, key, base=state.version, value=value, source="summarizer",
             provenance=provenance,
         )
     assert written is not None  # the share lock keeps the head where it was read
