@@ -12,28 +12,13 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from app.settings import Settings
+from app.settings import Settings, settings_from_env
 
 T = TypeVar("T")
 
 cli = typer.Typer(help="Lethe: stateful LLM agent serving that can truly forget.", no_args_is_help=True)
 tenant_cli = typer.Typer(help="Tenants, API keys and webhook secrets.", no_args_is_help=True)
 cli.add_typer(tenant_cli, name="tenant")
-
-
-def _settings() -> Settings:
-    from pydantic import ValidationError
-
-    from app.observability.logging import configure_logging
-
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        problems = "; ".join(f"LETHE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        typer.echo(f"invalid configuration: {problems}", err=True)
-        raise typer.Exit(code=2) from None
-    configure_logging(settings.log_level, json_lines=settings.log_json)
-    return settings
 
 
 @cli.command()
@@ -43,7 +28,12 @@ def serve() -> None:
 
     from app.main import create_app
 
-    settings = _settings()
+    settings = settings_from_env()
+    if settings.http_workers > 1:
+        from app.serving import serve_with_workers
+
+        serve_with_workers(settings)
+        return
     # uvicorn handles SIGTERM (graceful shutdown, bounded by LETHE_SHUTDOWN_GRACE_S), then raises it again once it
     # is done; with the default disposition that kills the interpreter before its exit handlers run, and the
     # embedded PostgreSQL this process holds would outlive it. Exiting normally lets them run.
@@ -58,6 +48,16 @@ def serve() -> None:
     )
 
 
+@cli.command("engine-process", hidden=True)
+def engine_process() -> None:
+    """The engine process behind `lethe serve`'s HTTP workers (started by it; app/serving.py)."""
+    from app.serving import run_engine_process
+
+    settings = settings_from_env()
+    signal.signal(signal.SIGTERM, _exit_on_signal)  # as in `serve`: exit normally, so exit handlers run
+    run_engine_process(settings)
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -68,7 +68,7 @@ def migrate() -> None:
     from app.db.migrate import upgrade_to_head_async
     from app.db.session import resolve_database_url
 
-    settings = _settings()
+    settings = settings_from_env()
 
     async def run() -> None:
         await upgrade_to_head_async(await resolve_database_url(settings))
@@ -105,7 +105,7 @@ def tenant_create(name: Annotated[str, typer.Argument(help="Unique tenant name."
     from app.errors import LetheError
 
     try:
-        tenant_id, key = _with_tenants(_settings(), lambda svc: svc.create_tenant(name))
+        tenant_id, key = _with_tenants(settings_from_env(), lambda svc: svc.create_tenant(name))
     except LetheError as exc:
         _fail(exc)
         return
@@ -119,7 +119,7 @@ def tenant_key(name: Annotated[str, typer.Argument(help="Existing tenant name.")
     from app.errors import LetheError
 
     try:
-        typer.echo(_with_tenants(_settings(), lambda svc: svc.add_api_key(name)))
+        typer.echo(_with_tenants(settings_from_env(), lambda svc: svc.add_api_key(name)))
     except LetheError as exc:
         _fail(exc)
 
@@ -133,7 +133,7 @@ def tenant_webhook_secret(
     from app.errors import LetheError
 
     try:
-        typer.echo(_with_tenants(_settings(), lambda svc: svc.rotate_webhook_secret(name, secret)))
+        typer.echo(_with_tenants(settings_from_env(), lambda svc: svc.rotate_webhook_secret(name, secret)))
     except (LetheError, ValueError) as exc:
         _fail(exc)
 

@@ -6,11 +6,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
 from app import __version__
+from app.api.forwarding import EngineForwarding
 from app.api.middleware import ObservabilityMiddleware
 from app.api.openapi import install_exact_parameters
 from app.api.problems import install_problem_handlers, problem_doc
@@ -19,6 +21,7 @@ from app.console import routes as console
 from app.container import Container
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
+from app.engine.elsewhere import EngineInAnotherProcess
 from app.engine.protocol import KVEngine
 from app.engine.slot import EngineSlot
 from app.observability.metrics import Metrics
@@ -39,30 +42,38 @@ V1_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(settings: Settings | None = None, *, engine: KVEngine | None = None) -> FastAPI:
-    """Build the app. `engine` lets tests inject one; by default `LETHE_ENGINE` picks it at startup."""
+def create_app(
+    settings: Settings | None = None, *, engine: KVEngine | None = None, engine_process: Path | None = None,
+    prepared: bool = False,
+) -> FastAPI:
+    """Build the app. `engine` lets tests inject one; by default `LETHE_ENGINE` picks it at startup.
+
+    `engine_process`: this app is an HTTP worker (app/serving.py): no engine and no forget worker here; requests
+    that need them are forwarded to the engine process on that socket. `prepared`: the supervisor already migrated
+    the database and registered the bootstrap tenant."""
     settings = settings or Settings()
     metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = await resolve_database_url(settings)
-        await upgrade_to_head_async(url)
+        worker = engine_process is not None
+        if not (prepared or worker):
+            await upgrade_to_head_async(url)
         db = Database(url, pool_size=settings.db_pool_size)
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
-        await tenants.bootstrap(settings)
-        if engine is None:
-            from app.engine.factory import build_engine  # heavy imports (torch) only when serving
-
-            chosen = build_engine(settings)
-        else:
-            chosen = engine
+        if not (prepared or worker):
+            await tenants.bootstrap(settings)
+        chosen = engine or _engine_for(settings, worker=worker)
         slot = EngineSlot(chosen)
         container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
         app.state.container = container
-        slot.task = asyncio.create_task(slot.load(), name="engine-load")
-        container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
-        log.info("lethe started", extra={"engine": settings.engine.value, "version": __version__})
+        if not worker:
+            slot.task = asyncio.create_task(slot.load(), name="engine-load")
+            container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
+        log.info("lethe started", extra={
+            "engine": settings.engine.value, "version": __version__, "role": "http-worker" if worker else "engine",
+        })
         try:
             yield
         finally:
@@ -93,4 +104,15 @@ def create_app(settings: Settings | None = None, *, engine: KVEngine | None = No
     app.include_router(console.router)
     install_exact_parameters(app)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    if engine_process is not None:
+        app.add_middleware(EngineForwarding, socket_path=engine_process)  # outermost: forwarded requests are the
+        # engine process's to check, limit and count
     return app
+
+
+def _engine_for(settings: Settings, *, worker: bool) -> KVEngine:
+    if worker:
+        return EngineInAnotherProcess(settings.engine.value, settings.model or "default")
+    from app.engine.factory import build_engine  # heavy imports (torch) only when serving
+
+    return build_engine(settings)

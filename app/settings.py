@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -82,6 +83,10 @@ class Settings(BaseSettings):
     log_json: bool = True
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Request bodies above this answer 413.")
     db_pool_size: int = Field(default=10, ge=1)
+    http_workers: int = Field(
+        default=1, ge=1, le=64,
+        description="HTTP worker processes in front of one engine process (app/serving.py); 1: a single process.",
+    )
     auth_cache_s: float = Field(
         default=5.0, ge=0, le=300,
         description="How long a process remembers a verified API key: a revoked key stops working within this.",
@@ -123,3 +128,20 @@ def decode_webhook_secret(secret: str) -> bytes:
     if len(raw) < 16:
         raise ValueError("webhook secret must hold at least 16 bytes")
     return raw
+
+
+def settings_from_env() -> Settings:
+    """The settings from LETHE_* variables, logging configured (what every `lethe` process starts with); a bad value
+    exits with status 2 and says which."""
+    from pydantic import ValidationError
+
+    from app.observability.logging import configure_logging
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"LETHE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        print(f"invalid configuration: {problems}", file=sys.stderr)
+        raise SystemExit(2) from None
+    configure_logging(settings.log_level, json_lines=settings.log_json)
+    return settings

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 
 class Metrics:
@@ -18,14 +20,16 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
         self.http_in_flight = Gauge(
-            "lethe_http_requests_in_flight", "HTTP requests being served.", registry=self.registry
+            "lethe_http_requests_in_flight", "HTTP requests being served.", registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.session_waiters = Gauge(
             "lethe_session_waiters", "Requests of this process waiting for a session another request holds.",
-            registry=self.registry,
+            registry=self.registry, multiprocess_mode="livesum",
         )
         self.ready = Gauge(
-            "lethe_ready", "1 when the database and the engine are ready.", registry=self.registry
+            "lethe_ready", "1 when the database and the engine are ready.", registry=self.registry,
+            multiprocess_mode="livemax",
         )
         # Replay cost (deploy/grafana/dashboards/lethe.json plots these).
         self.forget_jobs = Counter(
@@ -51,5 +55,15 @@ class Metrics:
         )
         self.forget_queue_depth = Gauge(
             "lethe_forget_queue_depth", "Forget jobs queued or running (all processes), as this process last saw.",
-            registry=self.registry,
+            registry=self.registry, multiprocess_mode="livemax",
         )
+
+    def render(self) -> bytes:
+        """The exposition text. Under `lethe serve` with HTTP workers every process writes its samples to
+        PROMETHEUS_MULTIPROC_DIR (app/serving.py) and any of them answers for all: counters and histograms summed,
+        gauges by their `multiprocess_mode`."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return bytes(generate_latest(registry))
+        return bytes(generate_latest(self.registry))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ContainerDep
 from app.api.problems import PROBLEM_JSON, problem, problem_doc
@@ -39,4 +39,4 @@ async def readyz(container: ContainerDep) -> JSONResponse:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(container: ContainerDep) -> Response:
-    return Response(generate_latest(container.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(container.metrics.render(), media_type=CONTENT_TYPE_LATEST)
