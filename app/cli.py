@@ -58,6 +58,16 @@ def engine_process() -> None:
     run_engine_process(settings)
 
 
+@cli.command("http-worker", hidden=True)
+def http_worker() -> None:
+    """One of `lethe serve`'s HTTP workers (started by it; app/serving.py)."""
+    from app.serving import run_http_worker
+
+    settings = settings_from_env()
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    run_http_worker(settings)
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 

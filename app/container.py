@@ -72,8 +72,11 @@ class Container:
             forget=forget,
             forget_executor=executor,
             # A forget's cascade is the selective-replay job over every session the record was injected into,
-            # queued in the tombstone's transaction.
-            memory=MemoryService(self.db, cascade=JobCascade("selective_replay", "memory record forgotten")),
+            # queued in the tombstone's transaction (finished there when it reached none).
+            memory=MemoryService(self.db, cascade=JobCascade(
+                "selective_replay", "memory record forgotten",
+                on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
+            )),
             memory_catalog=MemoryCatalog(self.db),
             webhooks=DetectorWebhooks(self.db, forget),
             conversations=CompatService(self.db, self.engine, sessions, forget),

@@ -244,7 +244,9 @@ def report(stats: Stats, duration: float, clients: int) -> int:
         total += len(lat)
         statuses = " ".join(f"{code}:{n}" for code, n in sorted(stats.statuses[op].items()))
         print(f"{op:<8}{len(lat):>9}{len(lat) / duration:>10.0f}{pct(lat, 50):>10.2f}{pct(lat, 99):>10.2f}  {statuses}")
-    print(f"{'all':<8}{total:>9}{total / duration:>10.0f}")
+    every = [x for op, _ in MIX for x in stats.latency[op]]
+    if every:
+        print(f"{'all':<8}{total:>9}{total / duration:>10.0f}{pct(every, 50):>10.2f}{pct(every, 99):>10.2f}")
     writes = sum(stats.statuses["write"].values())
     print(
         f"stale writes rejected (412): {stats.stale_rejected} of {writes} writes, "

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -121,6 +122,11 @@ class Artifact(Base):
         CheckConstraint("token_start >= 0 AND token_end >= token_start", name="token_span"),
         Index("ix_artifacts_session_id_turn", "session_id", "turn"),
         Index("ix_artifacts_source_ids", "source_ids", postgresql_using="gin"),
+        # which sessions a memory record reached: asked by every memory forget (app/forget/cascade.py)
+        Index(
+            "ix_artifacts_memory_record", "tenant_id", text("(meta ->> 'namespace')"), text("(meta ->> 'key')"),
+            postgresql_where=text("kind = 'memory'"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

@@ -45,6 +45,13 @@ class Database:
         async with pool.acquire() as connection:
             yield OnConnection(connection)
 
+    @asynccontextmanager
+    async def pg_transaction(self) -> AsyncIterator[Sql]:
+        """`pg()` inside one transaction: committed when the block ends, rolled back on any error."""
+        pool = self._pg or await self._open_pg()
+        async with pool.acquire() as connection, connection.transaction():
+            yield OnConnection(connection)
+
     async def _open_pg(self) -> asyncpg.Pool:
         async with self._pg_lock:
             if self._pg is None:

@@ -2,34 +2,51 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
+import logging
+from collections.abc import Callable
 
+from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import forget_jobs as jobs_repo
+from app.db.statements import Sql
 from app.forget.receipts import JobReceipt, MemoryReceipt
 from app.ids import new_id
+
+log = logging.getLogger(__name__)
 
 
 class JobCascade:
     """The forget job that replays every session a forgotten record reached, created in the tombstone's own
-    transaction (so it exists if and only if the tombstone commits)."""
+    transaction (so it exists if and only if the tombstone commits).
 
-    def __init__(self, strategy: str = "selective_replay", reason: str | None = None) -> None:
+    A record no session reached leaves the job nothing to replay: it is written finished (`succeeded`, its receipt
+    holding the tombstone, exactly what a worker would write), so a memory forget costs no worker a claim. Asked after
+    the tombstone, in a statement of its own, this cannot miss a session: one injecting the record holds it share-locked
+    until it commits, so the tombstone waited for it and this statement's snapshot sees its artifacts; one created
+    later reads the tombstone and injects nothing."""
+
+    def __init__(
+        self, strategy: str = "selective_replay", reason: str | None = None, *,
+        on_finished: Callable[[str], None] = lambda strategy: None,
+    ) -> None:
         self.strategy = strategy
         self.reason = reason
+        self.on_finished = on_finished  # counts a job finished here (Metrics.job_finished)
 
     async def enqueue(
-        self, session: AsyncSession, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
     ) -> str | None:
         memory = MemoryReceipt(namespace=namespace, key=key, tombstone_version=tombstone_version)
-        job = await jobs_repo.create(
-            session,
-            id=new_id("fgt"),
-            tenant_id=tenant_id,
-            status="queued",
-            strategy=self.strategy,
-            target={"memory": {"namespace": namespace, "key": key}},
-            reason=self.reason,
-            receipt=JobReceipt(memory=memory).stored(),
-            attempts=0,
+        job_id = new_id("fgt")
+        reached = await artifacts_repo.sessions_with_memory(sql, tenant_id, namespace, key)
+        receipt = JobReceipt(memory=memory) if reached else JobReceipt(memory=memory, duration_ms=0)
+        await jobs_repo.queue(
+            sql, id=job_id, tenant_id=tenant_id, strategy=self.strategy,
+            target={"memory": {"namespace": namespace, "key": key}}, reason=self.reason,
+            receipt=receipt.stored(), finished=not reached,
         )
-        return job.id
+        if not reached:
+            self.on_finished(self.strategy)
+            log.info("forget job finished", extra={
+                "forget_id": job_id, "strategy": self.strategy, "status": "succeeded", "sessions": 0, "duration_ms": 0,
+            })
+        return job_id

@@ -170,14 +170,17 @@ class ForgetExecutor:
         records = await memory_repo.derived_from(InSession(tx), job.tenant_id, [entry.artifact_id for entry in closure])
         out = []
         for namespace, key in records:
-            outcome, _ = await forget_in(
-                tx, JobCascade("selective_replay", f"derived from what {job.id} forgot"), job.tenant_id, namespace,
-                key, source="cascade",
+            cascade = JobCascade(
+                "selective_replay", f"derived from what {job.id} forgot", on_finished=self._finished_at_once
             )
+            outcome, _ = await forget_in(InSession(tx), cascade, job.tenant_id, namespace, key, source="cascade")
             out.append(DerivedMemory(
                 namespace=namespace, key=key, tombstone_version=outcome.version, forget_id=outcome.forget_id
             ))
         return out
+
+    def _finished_at_once(self, strategy: str) -> None:
+        self.metrics.job_finished(strategy, "succeeded", 0)
 
     async def _finish(
         self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, receipt: JobReceipt,
@@ -199,8 +202,7 @@ class ForgetExecutor:
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         assert row is not None
         duration_ms = final.duration_ms or 0
-        self.metrics.forget_jobs.labels(strategy=strategy.name, status=status).inc()
-        self.metrics.forget_duration.labels(strategy=strategy.name).observe(duration_ms / 1000)
+        self.metrics.job_finished(strategy.name, status, duration_ms)
         log.info(
             "forget job finished",
             extra={"forget_id": job.id, "strategy": strategy.name, "status": status,

@@ -98,7 +98,7 @@ class ForgetCascade(Protocol):
     """
 
     async def enqueue(
-        self, session: AsyncSession, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
     ) -> str | None: ...
 
 
@@ -106,7 +106,7 @@ class NoCascade:
     """Until forget jobs exist: nothing to enqueue, so DELETE answers `forget_id: null`."""
 
     async def enqueue(
-        self, session: AsyncSession, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
     ) -> str | None:
         return None
 
@@ -161,8 +161,8 @@ class MemoryService:
         check_namespace(namespace)
         check_key(key)
         check_source(source)
-        async with self.db.transaction() as session:  # the tombstone and its cascade job commit together
-            outcome, erased = await forget_in(session, self.cascade, tenant_id, namespace, key, source=source)
+        async with self.db.pg_transaction() as sql:  # the tombstone and its cascade job commit together
+            outcome, erased = await forget_in(sql, self.cascade, tenant_id, namespace, key, source=source)
         log.info(
             "memory key forgotten",
             extra={
@@ -326,19 +326,18 @@ class _AbortBatch(Exception):
 
 
 async def forget_in(
-    session: AsyncSession, cascade: ForgetCascade, tenant_id: str, namespace: str, key: str, *, source: str
+    sql: Sql, cascade: ForgetCascade, tenant_id: str, namespace: str, key: str, *, source: str
 ) -> tuple[ForgetOutcome, int]:
     """Tombstone a key in the caller's transaction (and queue its cascade there); (outcome, history rows erased).
     A forget job that finds a record derived from what it forgets tombstones it this way, atomically with the
     session it rebuilt."""
-    sql = InSession(session)
     for _ in range(_TOMBSTONE_RETRIES):
         tomb = await repo.tombstone(sql, tenant_id, namespace, key, source=source)
         if tomb is not None:
             erased = await repo.erase_history(sql, tenant_id, namespace, key, tombstone=tomb, source=source)
             # The cascade seam: the forget job for every session this record was injected into.
             forget_id = await cascade.enqueue(
-                session, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version
+                sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version
             )
             return ForgetOutcome(version=tomb.version, forget_id=forget_id, already_forgotten=False), erased
         state = await repo.locked_state(sql, tenant_id, namespace, key)

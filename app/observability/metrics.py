@@ -58,6 +58,10 @@ class Metrics:
             registry=self.registry, multiprocess_mode="livemax",
         )
 
+    def job_finished(self, strategy: str, status: str, duration_ms: int) -> None:
+        self.forget_jobs.labels(strategy=strategy, status=status).inc()
+        self.forget_duration.labels(strategy=strategy).observe(duration_ms / 1000)
+
     def render(self) -> bytes:
         """The exposition text. Under `lethe serve` with HTTP workers every process writes its samples to
         PROMETHEUS_MULTIPROC_DIR (app/serving.py) and any of them answers for all: counters and histograms summed,

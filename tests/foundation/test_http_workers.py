@@ -49,7 +49,7 @@ def _children(server: LetheServer) -> tuple[list[psutil.Process], list[psutil.Pr
     """(engine processes, HTTP workers) of the supervisor."""
     kids = psutil.Process(server.proc.pid).children()
     engines = [p for p in kids if "engine-process" in p.cmdline()]
-    workers = [p for p in kids if any("spawn_main" in part for part in p.cmdline())]
+    workers = [p for p in kids if "http-worker" in p.cmdline()]
     return engines, workers
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ProvenanceEdge
+from app.db.statements import InSession, Sql, Statement
 
 
 @dataclass(frozen=True)
@@ -231,20 +232,21 @@ async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, An
         )
 
 
-async def sessions_with_memory(db: AsyncSession, tenant_id: str, namespace: str, key: str) -> list[str]:
+# The expressions of ix_artifacts_memory_record, so the planner uses it.
+_SESSIONS_WITH_MEMORY = Statement(
+    """
+    SELECT DISTINCT session_id FROM artifacts
+     WHERE tenant_id = :tenant_id AND kind = 'memory' AND meta ->> 'namespace' = :namespace AND meta ->> 'key' = :key
+     ORDER BY session_id
+    """
+)
+
+
+async def sessions_with_memory(db: AsyncSession | Sql, tenant_id: str, namespace: str, key: str) -> list[str]:
     """Sessions holding an injection artifact of the memory record (namespace, key), any version."""
-    stmt = (
-        select(Artifact.session_id)
-        .where(
-            Artifact.tenant_id == tenant_id,
-            Artifact.kind == "memory",
-            Artifact.meta["namespace"].astext == namespace,
-            Artifact.meta["key"].astext == key,
-        )
-        .distinct()
-        .order_by(Artifact.session_id)
-    )
-    return list((await db.execute(stmt)).scalars())
+    sql = InSession(db) if isinstance(db, AsyncSession) else db
+    rows = await sql.all(_SESSIONS_WITH_MEMORY, {"tenant_id": tenant_id, "namespace": namespace, "key": key})
+    return [row["session_id"] for row in rows]
 
 
 async def pending_calls(db: AsyncSession, session_id: str) -> list[Artifact]:

@@ -15,9 +15,39 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ForgetJob, WebhookDelivery
+from app.db.statements import Sql, Statement
 from app.pagination import Position
 
 ACTIVE = ("queued", "running")
+
+
+# A job written beside a memory tombstone, in its transaction (the memory API's hot path runs on asyncpg: no ORM):
+# queued for a worker, or already finished when it has nothing to replay.
+_QUEUE = Statement(
+    """
+    INSERT INTO forget_jobs (id, tenant_id, status, strategy, target, reason, receipt, attempts)
+    VALUES (:id, :tenant_id, 'queued', :strategy, :target, :reason, :receipt, 0)
+    """,
+    json=["target", "receipt"],
+)
+_FINISHED = Statement(
+    """
+    INSERT INTO forget_jobs
+           (id, tenant_id, status, strategy, target, reason, receipt, attempts, started_at, finished_at)
+    VALUES (:id, :tenant_id, 'succeeded', :strategy, :target, :reason, :receipt, 1,
+            clock_timestamp(), clock_timestamp())
+    """,
+    json=["target", "receipt"],
+)
+
+
+async def queue(
+    sql: Sql, *, id: str, tenant_id: str, strategy: str, target: dict[str, Any], reason: str | None,
+    receipt: dict[str, Any], finished: bool = False,
+) -> None:
+    params = {"id": id, "tenant_id": tenant_id, "strategy": strategy, "target": target, "reason": reason,
+              "receipt": receipt}
+    await sql.rowcount(_FINISHED if finished else _QUEUE, params)
 
 
 async def create(db: AsyncSession, **values: Any) -> ForgetJob:
