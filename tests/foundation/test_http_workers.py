@@ -103,6 +103,23 @@ def test_one_engine_process_holds_the_model_and_every_turn_finds_its_cache(
     assert any('route="/v1/sessions/{id}/turns"' in labels for labels in counted)  # by the engine process
 
 
+def test_a_client_hanging_up_mid_stream_is_passed_on_to_the_engine_process(client: httpx.Client) -> None:
+    """As in test_cancellation, through a worker: the reply would run for minutes; the client leaves after its first
+    token, and the session's next turn is answered at once (not 409 after the wait bound) as its first turn."""
+    created = client.post("/v1/sessions", json={"system_prompt": "You are a helpful assistant.",
+                                                "sampling": {"max_tokens": 4096}})
+    sid = created.json()["id"]
+    count = [{"type": "user", "content": "Count from 1 to 10000, separated by commas."}]
+    with client.stream("POST", f"/v1/sessions/{sid}/turns", json={"inputs": count, "stream": True}) as stream:
+        assert stream.status_code == 200
+        assert next(line for line in stream.iter_lines() if line.startswith("event: ")) == "event: delta"
+    # the connection to the worker is closed here, mid-reply
+    after = client.post(f"/v1/sessions/{sid}/turns", json={"inputs": [{"type": "user", "content": "Hi"}],
+                                                            "generate": False})
+    assert after.status_code == 200, after.text
+    assert client.get(f"/v1/sessions/{sid}").json()["turns"] == 1
+
+
 def test_a_forget_queued_by_a_worker_runs_in_the_engine_process(client: httpx.Client) -> None:
     assert client.put("/v1/memory/cascade/city", json={"value": "Paris"},
                       headers={"If-None-Match": "*"}).status_code == 201
