@@ -103,7 +103,7 @@ def create_app(
     app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
     app.include_router(webhooks.router, responses={
         401: problem_doc("Bad signature or stale timestamp; the listing: missing or invalid API key"),
-        413: V1_ERRORS[413], 422: V1_ERRORS[422],
+        413: V1_ERRORS[413], 422: V1_ERRORS[422], 503: V1_ERRORS[503],
     })
     app.include_router(console.router)
     install_exact_parameters(app)

@@ -2,9 +2,9 @@
 
 With `LETHE_HTTP_WORKERS` above 1, `lethe serve` runs one engine process (the whole app: the model, the sessions'
 KV caches, the forget worker) on a private Unix socket and that many HTTP workers on the public port (app/serving.py).
-A worker serves the memory API, health and metrics itself, from PostgreSQL, and forwards every request that can
-touch the engine — sessions and their turns, forget jobs, webhooks, the OpenAI-compatible routes — byte for byte,
-streams included. So the model is loaded once, every turn of a session reaches the one process holding its warm
+A worker serves the memory API, webhook deliveries, health and metrics itself, from PostgreSQL, and forwards every
+request that can touch the engine — sessions and their turns, forget jobs, detector webhooks, the OpenAI-compatible
+routes — byte for byte, streams included. So the model is loaded once, every turn of a session reaches the one process holding its warm
 cache, and the hot memory path scales with the workers (as vLLM splits its API server from its engine core).
 
 A client that hangs up mid-stream is passed on: the forwarded request is closed, so the engine process sees the
@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 # Served by the engine process. `/readyz` too: a worker is ready when the engine process is.
 ENGINE_PREFIXES = (
-    "/v1/sessions", "/v1/forget", "/v1/webhooks", "/v1/conversations", "/v1/responses", "/v1/models", "/readyz",
+    "/v1/sessions", "/v1/forget", "/v1/webhooks/detector", "/v1/conversations", "/v1/responses", "/v1/models",
+    "/readyz",
 )
 # Per-connection headers (RFC 9110 7.6.1) are not forwarded; the rest, Host included, pass unchanged.
 _HOP_BY_HOP = {
