@@ -58,8 +58,8 @@ class Database:
                 self._pg = await asyncpg.create_pool(
                     self._pg_url, min_size=1, max_size=self._pg_size, init=_jsonb_as_json,
                     server_settings={"application_name": APPLICATION_NAME},
-                    # A release would otherwise reset the session (RESET ALL, UNLISTEN, ...): a round trip per
-                    # request for state these statements never set.
+                    # A release would otherwise also reset session state (RESET ALL, UNLISTEN, ...): a round trip
+                    # per request for state these statements never set. An open transaction is still rolled back.
                     reset=_nothing_to_reset,
                 )
             return self._pg
