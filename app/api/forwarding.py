@@ -4,8 +4,9 @@ With `LETHE_HTTP_WORKERS` above 1, `lethe serve` runs one engine process (the wh
 KV caches, the forget worker) on a private Unix socket and that many HTTP workers on the public port (app/serving.py).
 A worker serves the memory API, webhook deliveries, health and metrics itself, from PostgreSQL, and forwards every
 request that can touch the engine — sessions and their turns, forget jobs, detector webhooks, the OpenAI-compatible
-routes — byte for byte, streams included. So the model is loaded once, every turn of a session reaches the one process holding its warm
-cache, and the hot memory path scales with the workers (as vLLM splits its API server from its engine core).
+routes — byte for byte, streams included. So the model is loaded once, every turn of a session reaches the one
+process holding its warm cache, and the hot memory path scales with the workers (as vLLM splits its API server from
+its engine core).
 
 A client that hangs up mid-stream is passed on: the forwarded request is closed, so the engine process sees the
 disconnect exactly as if the client had been its own.

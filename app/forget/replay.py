@@ -29,6 +29,7 @@ from app.forget.locate import Located
 from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow, compact, summary_room
+from app.runtime.context import policy_for
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import RUNTIME_META, log_entries, records_for, stored_log
 from app.runtime.salts import salt_of
@@ -170,14 +171,16 @@ async def replay(
         if turn == 0:
             # The system block: written at creation without an engine call; it waits as pending tokens.
             records = records_for(
-                session.tenant_id, session.id, 0, log, blocks, None, session.context_policy, keep_ids
+                session.tenant_id, session.id, 0, log, blocks, None, policy_for(session.context_policy), keep_ids
             )
             synced.pending.extend(t for b in blocks for t in b.token_ids)
             out.system_prompt = next((o.content for o in observed if o.kind == "system"), None)
             marks = checkpoints.at_session_start(session.checkpoint_policy, records.manifest_after)
         else:
             if (edited and not observed) or (not observed and not had_reply):
-                records = records_for(session.tenant_id, session.id, turn, log, [], None, session.context_policy)
+                records = records_for(
+                    session.tenant_id, session.id, turn, log, [], None, policy_for(session.context_policy)
+                )
             else:
                 log_tokens = log[-1].token_end if log else 0
                 room = check_room(engine, log_tokens, sum(len(b.token_ids) for b in blocks), had_reply)
@@ -189,8 +192,8 @@ async def replay(
                     out.environments.append((turn, copy.deepcopy(tools.env)))
                 provided = _answers_needed(session, turn, step.pending, tools)
                 records = records_for(
-                    session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy,
-                    keep_ids,
+                    session.tenant_id, session.id, turn, log, outcome.blocks, outcome,
+                    policy_for(session.context_policy), keep_ids,
                 )
                 usage = outcome.usage
                 first_usage = first_usage or usage

@@ -18,6 +18,7 @@ from app.engine.protocol import KVEngine
 from app.forget.replay import Rebuilt, entries_of, observation_of
 from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
+from app.runtime.context import policy_for
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import records_for, stored_log
 from app.runtime.salts import salt_of
@@ -144,7 +145,8 @@ async def append_instruction(
     synced = await sync(engine, handles.get(session.id), session.id, salt_of(session), stored_log(log))
     handles.put(session.id, synced.handle)
     outcome = await advance(engine, synced, [block], None)
-    records = records_for(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, session.context_policy)
+    policy = policy_for(session.context_policy)
+    records = records_for(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, policy)
     marks = checkpoints.for_transition(
         session.checkpoint_policy, turn, records.kinds, records.manifest_before, records.manifest_after
     )

@@ -13,7 +13,7 @@ from typing import Any, Final
 from app.db.repositories.artifacts import LogEntry
 from app.ids import new_id
 from app.runtime.blocks import MODEL_KINDS, Block
-from app.runtime.context import ContextPolicy, Node, policy_for, union_sources
+from app.runtime.context import ContextPolicy, Node, union_sources
 from app.runtime.transition import Outcome, StoredLog
 
 Manifest = list[tuple[str, int, int]]
@@ -65,25 +65,25 @@ def records_for(
     log: Sequence[LogEntry],
     blocks: Sequence[Block],
     outcome: Outcome | None,
-    context_policy: str | ContextPolicy,
+    context_policy: ContextPolicy,
     keep_ids: Sequence[str | None] = (),
 ) -> TransitionRecords:
-    """`context_policy` is a session's policy name, or the policy object of this one transition (a retrieval reply
-    passes what it retrieved). `keep_ids[i]`, when given, is the id block i keeps: a replay re-renders observations
-    the forget did not touch under their original ids, so a client's references to them survive the rewrite."""
+    """`context_policy` decides a model output's parents: the session's (`policy_for(name)`), or one made for this
+    transition (a retrieval reply passes what it retrieved). `keep_ids[i]`, when given, is the id block i keeps: a
+    replay re-renders observations the forget did not touch under their original ids, so a client's references to
+    them survive the rewrite."""
     position = log[-1].position + 1 if log else 0
     offset = log[-1].token_end if log else 0
     prefix = [Node(e.id, e.kind, tuple(e.source_ids)) for e in log]
     added: list[Node] = []  # this transition's artifacts so far (a later model output's context includes them)
     rows: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
-    policy = policy_for(context_policy) if isinstance(context_policy, str) else context_policy
     for index, block in enumerate(blocks):
         artifact_id = (keep_ids[index] if index < len(keep_ids) else None) or new_id("art")
         meta = dict(block.meta)
         committed = bool(meta.pop("committed", False))  # a consequential tool call whose side effect fired
         if block.kind in MODEL_KINDS:
-            parents = policy.reply_parents(prefix, added)
+            parents = context_policy.reply_parents(prefix, added)
             sources = union_sources(parents)
             edges.extend(edge_row(session_id, p.id, artifact_id, turn) for p in parents)
             if outcome is not None and outcome.finish_reason is not None:

@@ -11,7 +11,7 @@ from app.db.repositories.artifacts import LogEntry
 from app.engine.protocol import CacheHandle, TokenUsage
 from app.runtime import checkpoints
 from app.runtime.blocks import Block
-from app.runtime.context import FullContext, Node, union_sources
+from app.runtime.context import FullContext, Node, policy_for, union_sources
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import records_for, stored_log
 from app.runtime.transition import StoredLog, sync
@@ -39,7 +39,7 @@ def test_the_reduced_edges_reach_exactly_what_the_full_prefix_context_reaches() 
             blocks = [Block(k, "x", [1]) for k in kinds]
             if rng.random() < 0.7:
                 blocks.append(Block("assistant", "y", [2]))
-            records = records_for("ten", "ses", turn, log, blocks, None, "full")
+            records = records_for("ten", "ses", turn, log, blocks, None, policy_for("full"))
             reduced |= {(e["parent_id"], e["child_id"]) for e in records.edges}
             position = len(log)
             for row in records.artifacts:
