@@ -14,8 +14,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
-import torch
-
 from app.engine.hf import HFEngine
 from app.engine.protocol import Sampling
 
@@ -76,6 +74,8 @@ async def main(n_tokens: int, decode_tokens: int, repeats: int, cache_dir: Path)
     await engine.close()
 
     cold_s, reuse_s = statistics.median(cold), statistics.median(reuse)
+    import torch  # here, not at the top, where the import order would load it before app.engine tunes OpenMP
+
     print(f"hf engine, {engine.model_id}, {torch.get_num_threads()} torch threads, median of {repeats} runs")
     print(f"  start (load weights)        {start_s:8.2f} s")
     print(f"  prompt                      {len(prompt):8d} tokens, {len(head)} cached + {tail} new on reuse")
