@@ -86,3 +86,15 @@ class NotReady(LetheError):
     status = 503
     type_slug = "not-ready"
     title = "Service not ready"
+
+
+class EngineUnavailable(NotReady):
+    """The engine went away under a request: the engine process died or restarts, or a vLLM server of the fleet
+    died mid-request. Nothing of the request was committed; a retry (after `Retry-After`) is served by the engine as
+    it comes back, or by another server of the fleet."""
+
+    type_slug = "engine-unavailable"
+    title = "Engine unavailable"
+
+    def __init__(self, detail: str | None = None, *, retry_after_s: int = 1, **extra: Any) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after_s)}, **extra)
