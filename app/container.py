@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from app.db.notifications import JobEvents
 from app.db.session import Database
-from app.embeddings import Embedder
+from app.embeddings import Embedder, MiniLMEmbedder
+from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
 from app.forget.cascade import JobCascade
 from app.forget.executor import ForgetExecutor
@@ -18,7 +20,7 @@ from app.memory.service import MemoryService
 from app.observability.metrics import Metrics
 from app.openai_compat.chat import ChatService
 from app.openai_compat.service import CompatService
-from app.runtime.handles import HandleRegistry
+from app.policies import POLICIES
 from app.sessions.service import SessionService
 from app.settings import Settings
 from app.tenants.service import TenantService
@@ -47,21 +49,24 @@ class Container:
     metrics: Metrics
     engine: EngineSlot
     tenants: TenantService
-    handles: HandleRegistry = field(default_factory=HandleRegistry)
-    embedder: Embedder = field(default_factory=Embedder)
-    # Set by a submit to wake this process's forget worker at once (other processes find the job by polling).
+    handles: SessionCaches = field(default_factory=LocalSessionCaches)
+    embedder: Embedder = field(default_factory=MiniLMEmbedder)
+    # Set when a job is queued, by a submit here or by any process (job_events): wakes this process's forget worker.
     forget_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    job_events: JobEvents = field(init=False)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self.job_events = JobEvents(self.db.pg_url, self.forget_wake)
         sessions = SessionService(
-            self.db, self.engine, self.handles, lock_timeout_s=settings.session_lock_timeout_s,
-            lease_s=settings.session_lease_s, embedder=self.embedder, on_wait=self.metrics.session_waiters.inc,
+            self.db, self.engine, self.handles, self.embedder, POLICIES, lock_timeout_s=settings.session_lock_timeout_s,
+            lease_s=settings.session_lease_s, on_wait=self.metrics.session_waiters.inc,
         )
         forget = ForgetService(
-            self.db, self.engine, self.embedder, wait_s=settings.forget_wait_s, wake=self.forget_wake
+            self.db, self.engine, self.embedder, wait_s=settings.forget_wait_s, wake=self.forget_wake,
+            events=self.job_events,
         )
         executor = ForgetExecutor(
             self.db, self.engine, self.handles, sessions, self.metrics, self.embedder,

@@ -13,7 +13,6 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api.forwarding import EngineForwarding
 from app.api.middleware import ObservabilityMiddleware
 from app.api.openapi import install_exact_parameters
 from app.api.problems import install_problem_handlers, problem_doc
@@ -22,8 +21,12 @@ from app.console import routes as console
 from app.container import Container
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
-from app.engine.elsewhere import EngineInAnotherProcess
+from app.embeddings import Embedder, MiniLMEmbedder
+from app.engine.model_store import model_id_for
+from app.engine.process.adapters import EngineProcessCaches, EngineProcessEmbedder
+from app.engine.process.client import EngineClient
 from app.engine.protocol import KVEngine
+from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
 from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
@@ -49,31 +52,40 @@ def create_app(
 ) -> FastAPI:
     """Build the app. `engine` lets tests inject one; by default `LETHE_ENGINE` picks it at startup.
 
-    `engine_process`: this app is an HTTP worker (app/serving.py): no engine and no forget worker here; requests
-    that need them are forwarded to the engine process on that socket. `prepared`: the supervisor already migrated
-    the database and registered the bootstrap tenant."""
+    `engine_process`: this app is an HTTP worker (app/serving.py) whose engine and embedder run in the engine
+    process on that socket; it serves every route itself. `prepared`: the supervisor already migrated the database
+    and registered the bootstrap tenant."""
     settings = settings or Settings()
     metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = await resolve_database_url(settings)
-        worker = engine_process is not None
-        if not (prepared or worker):
+        if not prepared:
             await upgrade_to_head_async(url)
         db = Database(url, pool_size=settings.db_pool_size)
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
-        if not (prepared or worker):
+        if not prepared:
             await tenants.bootstrap(settings)
-        chosen = engine or _engine_for(settings, worker=worker)
+        if engine_process is not None:
+            client = EngineClient(engine_process, name=settings.engine.value, model_id=model_id_for(settings.model))
+            chosen: KVEngine = client
+            handles: SessionCaches = EngineProcessCaches(client)
+            embedder: Embedder = EngineProcessEmbedder(client)
+        else:
+            chosen, handles, embedder = engine or _build_engine(settings), LocalSessionCaches(), MiniLMEmbedder()
         slot = EngineSlot(chosen)
-        container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
+        container = Container(
+            settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants, handles=handles,
+            embedder=embedder,
+        )
         app.state.container = container
-        if not worker:
-            slot.task = asyncio.create_task(slot.load(), name="engine-load")
-            container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
+        slot.task = asyncio.create_task(slot.load(), name="engine-load")
+        container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
+        container.background.append(asyncio.create_task(container.job_events.run(), name="job-events"))
         log.info("lethe started", extra={
-            "engine": settings.engine.value, "version": __version__, "role": "http-worker" if worker else "engine",
+            "engine": settings.engine.value, "version": __version__,
+            "role": "http-worker" if engine_process is not None else "server",
         })
         # Everything allocated so far (modules, the app, pools) lives as long as the process: take it out of the
         # cyclic collector's sight, so a full collection under load walks only request garbage (tail latency).
@@ -108,15 +120,10 @@ def create_app(
     app.include_router(console.router)
     install_exact_parameters(app)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
-    if engine_process is not None:
-        app.add_middleware(EngineForwarding, socket_path=engine_process)  # outermost: forwarded requests are the
-        # engine process's to check, limit and count
     return app
 
 
-def _engine_for(settings: Settings, *, worker: bool) -> KVEngine:
-    if worker:
-        return EngineInAnotherProcess(settings.engine.value, settings.model or "default")
+def _build_engine(settings: Settings) -> KVEngine:
     from app.engine.factory import build_engine  # heavy imports (torch) only when serving
 
     return build_engine(settings)

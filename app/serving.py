@@ -5,11 +5,13 @@
 This process (the supervisor) prepares what must happen once: the embedded PostgreSQL (it owns it and stops it on
 exit), migrations, the bootstrap tenant. Then it starts, and starts again any that dies:
 
-- one **engine process** (`lethe engine-process`): the whole app — the model, the sessions' KV caches, the forget
-  worker — listening on a private Unix socket;
-- `LETHE_HTTP_WORKERS` **HTTP workers** (`lethe http-worker`) on the public port. A worker serves the memory API,
-  health and metrics itself and forwards the rest to the engine process (app/api/forwarding.py), so the model is
-  loaded once and a session's turns always find its warm cache.
+- one **engine process** (`lethe engine-process`, app/engine/process/server.py): the model, the sessions' KV caches
+  and the embedder, and nothing else, on a private Unix socket (not with `LETHE_ENGINE=vllm-remote`: the vLLM fleet
+  is the engine, and every worker calls it directly);
+- `LETHE_HTTP_WORKERS` **HTTP workers** (`lethe http-worker`) on the public port. Each is the whole app — every
+  route, authentication, session leases, the database, a forget worker — and reaches the engine process through an
+  engine client (app/engine/process/client.py) for model work only: the boundary sits under the engine interface,
+  as vLLM's API servers talk to one engine core, so the model is loaded once and there is no list of routes to keep.
 
 Each worker listens on a socket of its own bound with SO_REUSEPORT, so the kernel spreads connections over the
 workers evenly. (One shared listening socket, as uvicorn's own `--workers` does, lets whichever worker wakes first
@@ -42,7 +44,7 @@ import uvicorn
 
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
-from app.settings import Settings
+from app.settings import EngineKind, Settings
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +63,13 @@ def serve_with_workers(settings: Settings) -> None:
         **os.environ, "LETHE_DATABASE_URL": url, ENGINE_SOCKET_ENV: str(run_dir / "engine.sock"),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
     }
+    if not has_engine_process(settings):
+        env.pop(ENGINE_SOCKET_ENV)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
-    workers = [KeptAlive("http-worker", env) for _ in range(settings.http_workers)]
-    children = [KeptAlive("engine-process", env), *workers]
+    engine = [KeptAlive("engine-process", env)] if has_engine_process(settings) else []
+    children = [*engine, *(KeptAlive("http-worker", env) for _ in range(settings.http_workers))]
     log.info("lethe serving", extra={"http_workers": settings.http_workers, "port": settings.port})
     try:
         while not stop.wait(0.5):
@@ -93,6 +97,11 @@ async def _prepare(settings: Settings) -> str:
     return url
 
 
+def has_engine_process(settings: Settings) -> bool:
+    """Whether the workers share an engine process: not when the engine is a vLLM fleet they call themselves."""
+    return settings.engine != EngineKind.VLLM_REMOTE
+
+
 def reuseport_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -107,7 +116,7 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 
 class KeptAlive:
     """A `lethe <command>` child, started again if it dies. While the engine process is down the workers answer 503
-    for engine routes and keep serving memory; a restarted one rebuilds a session's cache from its stored log."""
+    for model work and serve everything else; a restarted one rebuilds a session's cache from its stored log."""
 
     def __init__(self, command: str, env: dict[str, str]) -> None:
         self.command, self.env = command, env
@@ -152,25 +161,59 @@ def die_with_parent() -> None:
 
 
 def run_engine_process(settings: Settings) -> None:
-    """The engine process: the whole app on the supervisor's Unix socket (`lethe engine-process`)."""
-    from app.main import create_app
-
+    """The engine process (`lethe engine-process`): the engine and the embedder on the supervisor's Unix socket."""
     die_with_parent()
-    config = uvicorn.Config(
-        create_app(settings, prepared=True), uds=os.environ[ENGINE_SOCKET_ENV], log_config=None, proxy_headers=False,
-        timeout_graceful_shutdown=settings.shutdown_grace_s, timeout_keep_alive=settings.keep_alive_s,
-    )
-    uvicorn.Server(config).run()
+    socket_path = Path(os.environ[ENGINE_SOCKET_ENV])
+    socket_path.unlink(missing_ok=True)  # a previous engine process's, if it died
+    asyncio.run(_serve_engine(settings, socket_path))
+
+
+async def _serve_engine(settings: Settings, socket_path: Path) -> None:
+    from app.embeddings import MiniLMEmbedder
+    from app.engine.factory import build_engine  # heavy imports (torch) only here
+    from app.engine.model_store import resolve_model
+    from app.engine.process.server import EngineServer
+
+    engine = build_engine(settings)
+    model_dir: list[Path] = []
+    server = EngineServer(engine, MiniLMEmbedder(), model_dir=lambda: model_dir[0])
+
+    async def load() -> None:
+        try:
+            await engine.start()
+            resolved = await asyncio.to_thread(resolve_model, settings.model, settings.resolved_model_cache_dir)
+            model_dir.append(resolved.path)
+            log.info("engine process ready", extra={"engine": engine.name, "model": engine.model_id})
+        except Exception as exc:  # reported to the workers by hello; they answer 503 and keep serving the rest
+            server.error = f"{type(exc).__name__}: {exc}"
+            log.exception("engine failed to start")
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    listening = await server.serve(socket_path)  # at once: workers learn "loading" instead of "unreachable"
+    loading = asyncio.create_task(load(), name="engine-load")
+    try:
+        await stop.wait()
+    finally:
+        listening.close()
+        server.disconnect_all()
+        loading.cancel()
+        await asyncio.gather(loading, return_exceptions=True)
+        await engine.close()
+        log.info("engine process stopped")
 
 
 def run_http_worker(settings: Settings) -> None:
-    """An HTTP worker (`lethe http-worker`): its own SO_REUSEPORT socket on the public port."""
+    """An HTTP worker (`lethe http-worker`): the whole app on its own SO_REUSEPORT socket on the public port."""
     from app.main import create_app
 
     die_with_parent()
+    socket_path = os.environ.get(ENGINE_SOCKET_ENV)
     config = uvicorn.Config(
-        create_app(settings, engine_process=Path(os.environ[ENGINE_SOCKET_ENV])), log_config=None,
-        proxy_headers=False, timeout_graceful_shutdown=settings.shutdown_grace_s,
+        create_app(settings, engine_process=Path(socket_path) if socket_path else None, prepared=True),
+        log_config=None, proxy_headers=False, timeout_graceful_shutdown=settings.shutdown_grace_s,
         timeout_keep_alive=settings.keep_alive_s,
     )
     uvicorn.Server(config).run(sockets=[reuseport_socket(settings.host, settings.port)])

@@ -51,7 +51,9 @@ class Settings(BaseSettings):
         default=30.0, ge=1, le=3600, description="A worker's lease on a forget job; a dead worker's job is retried."
     )
     forget_poll_s: float = Field(
-        default=1.0, gt=0, le=60, description="How often a worker looks for jobs that other processes queued."
+        default=1.0, gt=0, le=60,
+        description="How often a forget worker looks for jobs when no job event woke it (the fallback while the "
+        "LISTEN connection is down).",
     )
     forget_lock_timeout_s: float = Field(
         default=120.0, gt=0, le=3600, description="How long a forget waits for a turn in flight before requeueing."
@@ -85,7 +87,8 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1)
     http_workers: int = Field(
         default=1, ge=1, le=64,
-        description="HTTP worker processes in front of one engine process (app/serving.py); 1: a single process.",
+        description="HTTP worker processes, each serving every route, over one engine process (app/serving.py); "
+        "1: a single process.",
     )
     auth_cache_s: float = Field(
         default=5.0, ge=0, le=300,

@@ -25,15 +25,17 @@ from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
 from app.db.models import Tenant
 from app.db.session import Database
+from app.embeddings import MiniLMEmbedder
 from app.engine.hf import HFEngine
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import transition_seed
+from app.engine.session_caches import LocalSessionCaches
 from app.engine.slot import EngineSlot
 from app.ids import new_id
+from app.policies import POLICIES
 from app.runtime.blocks import Observation
-from app.runtime.handles import HandleRegistry
 from app.sessions.service import SessionService
-from app.sessions.views import SessionConfig
+from app.sessions.values import SessionConfig
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 SCRIPT = [
@@ -128,7 +130,9 @@ async def main(sessions: int, turns: int, max_tokens: int, url: str | None, cach
     engine = HFEngine(None, cache_dir)
     await engine.start()
     timed = TimedEngine(engine)
-    service = SessionService(db, EngineSlot(timed), HandleRegistry())  # type: ignore[arg-type]
+    service = SessionService(  # type: ignore[arg-type]
+        db, EngineSlot(timed), LocalSessionCaches(), MiniLMEmbedder(), POLICIES
+    )
     config = {"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens, "seed": 0, "stop": []}
     runtime_s, bare_s, engine_s, own_s = [], [], [], []
     try:

@@ -278,8 +278,8 @@ def raw_vllm(sessions: list[int], turns: int, max_tokens: int) -> dict[str, Any]
     os.environ.update({"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_LOGGING_LEVEL": "WARNING"})
     from vllm import LLM, SamplingParams
 
+    from app.engine.chat import load_chat_template
     from app.engine.model_store import resolve_model
-    from app.engine.vllm_common import load_chat_template
     from app.engine.vllm_local import DEFAULT_KV_CACHE_BYTES
 
     available = psutil.virtual_memory().available / GIB

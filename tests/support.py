@@ -204,3 +204,22 @@ def wait_in_flight(client: httpx.Client, count: int, limit_s: float = 60) -> Non
     while in_flight(client) < count + 1:
         assert time.monotonic() < deadline, f"fewer than {count} requests ever reached the server"
         time.sleep(POLL_S)
+
+
+def until(condition: Any, what: str, limit_s: float = 300) -> None:
+    """Until `condition()` holds: it waits for a state, never for a length of time (`limit_s` only bounds a bug)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(POLL_S)
+
+
+def rewired(container: Any, **settings: Any) -> Any:
+    """The live app's container built again from its settings with `settings` changed (same database, engine, cache
+    handles and embedder): the settings → services wiring `lethe serve` uses, with a knob turned for a test."""
+    from app.container import Container
+
+    return Container(
+        settings=container.settings.model_copy(update=settings), db=container.db, metrics=container.metrics,
+        engine=container.engine, tenants=container.tenants, handles=container.handles, embedder=container.embedder,
+    )

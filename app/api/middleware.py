@@ -20,6 +20,10 @@ from app.observability.metrics import Metrics
 
 log = logging.getLogger("lethe.http")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# How much of an oversized body is read and thrown away before the 413 is sent. A server that answers and closes
+# while the client is still sending makes the client's next write fail (a reset, `Broken pipe`) before it can read
+# the answer; reading the rest first lets a client that sent a little too much see its 413.
+DRAIN_BYTES = 8 << 20
 
 
 def _replay(buffered: list[Message], receive: Receive) -> Receive:
@@ -29,6 +33,17 @@ def _replay(buffered: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replay
+
+
+async def _drain(receive: Receive, budget: int) -> None:
+    """Read and drop up to `budget` more bytes of the request body (DRAIN_BYTES)."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def route_template(scope: Scope) -> str:
@@ -55,6 +70,7 @@ class ObservabilityMiddleware:
         """
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await _drain(receive, DRAIN_BYTES)
             return None
         messages: list[Message] = []
         size = 0
@@ -65,6 +81,8 @@ class ObservabilityMiddleware:
                 return messages
             size += len(message.get("body", b""))
             if size > self.max_body_bytes:
+                if message.get("more_body", False):
+                    await _drain(receive, DRAIN_BYTES)
                 return None
             if not message.get("more_body", False):
                 return messages

@@ -37,6 +37,11 @@ class Database:
         self._pg: asyncpg.Pool | None = None
         self._pg_lock = asyncio.Lock()
 
+    @property
+    def pg_url(self) -> str:
+        """The database's URL as asyncpg takes it (a LISTEN connection of its own: app/db/notifications.py)."""
+        return self._pg_url
+
     @asynccontextmanager
     async def pg(self) -> AsyncIterator[Sql]:
         """A plain asyncpg connection for a hot path's statements (app/db/statements.py), no transaction open: each

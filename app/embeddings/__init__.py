@@ -7,13 +7,21 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 DIMENSIONS = 384
 
 
-class Embedder:
-    """Loads the model on first use, in a worker thread, once per process; encoding never blocks the event loop."""
+class Embedder(Protocol):
+    """What the services need of embeddings: unit vectors of DIMENSIONS floats, one per text, in order."""
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class MiniLMEmbedder:
+    """Loads the model on first use, in a worker thread, once per process; encoding never blocks the event loop.
+    An HTTP worker in front of an engine process embeds there instead (app/engine/process/client.py), so the model
+    (and torch) is loaded once."""
 
     def __init__(self) -> None:
         self._model: Any = None

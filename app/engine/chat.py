@@ -13,7 +13,9 @@ control tokens is the same string either way. Two documented differences:
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+
+from app.engine.tokenizer import TextTokenizer, generation_eos_ids, load_tokenizer
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 IM_START = "<|im_start|>"
@@ -22,39 +24,36 @@ END_OF_TEXT = "<|endoftext|>"
 
 
 class ChatMLTemplate:
-    """A ChatTemplate (see protocol.py) over a Hugging Face tokenizer whose vocabulary has the ChatML tokens."""
+    """A ChatTemplate (see protocol.py) over a tokenizer whose vocabulary has the ChatML tokens."""
 
-    def __init__(self, tokenizer: Any, *, extra_stop_ids: frozenset[int] = frozenset()) -> None:
+    def __init__(self, tokenizer: TextTokenizer, *, extra_stop_ids: frozenset[int] = frozenset()) -> None:
         self._tokenizer = tokenizer
         self._im_start = self._special_id(IM_START)
         self._im_end = self._special_id(IM_END)
         self._newline = self.encode("\n")
         stops = {self._im_end, *extra_stop_ids}
-        eos = getattr(tokenizer, "eos_token_id", None)
-        if isinstance(eos, int):
-            stops.add(eos)
-        end_of_text = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
-        if isinstance(end_of_text, int) and end_of_text != getattr(tokenizer, "unk_token_id", None):
+        if tokenizer.eos_token_id is not None:
+            stops.add(tokenizer.eos_token_id)
+        end_of_text = tokenizer.token_id(END_OF_TEXT)
+        if end_of_text is not None and end_of_text != tokenizer.unk_token_id:
             stops.add(end_of_text)
         self._stop_ids = frozenset(stops)
         self._assistant_header = self._header("assistant")
         self._end_of_turn = [self._im_end, *self._newline]
 
     def _special_id(self, token: str) -> int:
-        token_id = self._tokenizer.convert_tokens_to_ids(token)
-        if not isinstance(token_id, int) or token_id == getattr(self._tokenizer, "unk_token_id", None):
+        token_id = self._tokenizer.token_id(token)
+        if token_id is None or token_id == self._tokenizer.unk_token_id:
             raise RuntimeError(f"the tokenizer has no {token} token: the hf engine renders ChatML models only")
         return token_id
 
     def encode(self, text: str) -> list[int]:
         """Plain text to ids: no BOS or other tokens added, and control-token strings stay text."""
-        ids = self._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        return [int(i) for i in ids]
+        return self._tokenizer.encode(text)
 
     def decode(self, token_ids: list[int]) -> str:
         # Control tokens stay visible and spaces untouched, so decode(encode(text)) gives back the text.
-        text = self._tokenizer.decode(token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return str(text)
+        return self._tokenizer.decode(token_ids)
 
     def _header(self, role: str) -> list[int]:
         return [self._im_start, *self.encode(f"{role}\n")]
@@ -75,3 +74,10 @@ class ChatMLTemplate:
     @property
     def stop_token_ids(self) -> frozenset[int]:
         return self._stop_ids
+
+
+def load_chat_template(model_dir: Path) -> tuple[ChatMLTemplate, int]:
+    """The ChatML template over the tokenizer in `model_dir`, with the model's EOS ids as extra stops, and the
+    tokenizer's size (added tokens included): the bound on valid token ids. Torch-free (tokenizer.py)."""
+    tokenizer = load_tokenizer(model_dir)
+    return ChatMLTemplate(tokenizer, extra_stop_ids=generation_eos_ids(model_dir)), len(tokenizer)

@@ -37,13 +37,15 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
+from app.engine import hf_cache
 from app.engine.cache_pool import CachePool
 from app.engine.chat import ChatMLTemplate
 from app.engine.hf_load import load_full_attention_lm
 from app.engine.hf_state import HandleState
 from app.engine.model_store import model_id_for
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
-from app.engine.sampling import StopWatch, make_generator, sample_token, validate
+from app.engine.sampling import StopWatch, validate
+from app.engine.torch_sampling import make_generator, sample_token
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -96,6 +98,10 @@ class HFEngine:
     @property
     def max_context_tokens(self) -> int | None:
         return self._max_positions
+
+    @property
+    def records_chunks(self) -> bool:
+        return True  # module docstring: the same tokens in other chunks differ in the last float bits
 
     @property
     def exactness(self) -> Exactness:
@@ -212,6 +218,9 @@ class HFEngine:
         state = handle.state
         return list(state.chunks) if isinstance(state, HandleState) else []
 
+    def resalt(self, handle: CacheHandle, salt: str | None) -> None:
+        handle.salt = salt  # no cache is shared between handles: the salt isolates nothing here
+
     def kv_tensors(self, handle: CacheHandle) -> list[tuple[torch.Tensor, torch.Tensor]]:
         state = handle.state
         if not isinstance(state, HandleState) or state.cache is None:
@@ -236,68 +245,8 @@ class HFEngine:
         if handle.tokens[:n] != state.covered:
             # The caller edited the log: the cache may stand only for the part both still agree on.
             common = next((i for i, (a, b) in enumerate(zip(handle.tokens, state.covered, strict=False)) if a != b), n)
-            self._truncate(state, min(common, len(handle.tokens)))
+            hf_cache.truncate(self._model, self._pool, state, min(common, len(handle.tokens)))
         return state
-
-    def _truncate(self, state: HandleState, n_tokens: int) -> None:
-        """Keep the longest run of whole chunks that fits in `n_tokens`; tokens past it become pending."""
-        kept, boundary = state.whole_chunks_within(n_tokens)
-        drop = len(state.covered) - boundary
-        if drop == 0:
-            return
-        del state.chunks[kept:]
-        del state.covered[boundary:]
-        state.logits = None
-        if state.cache is not None:
-            if boundary == 0:
-                state.cache = self._new_cache()
-            else:
-                # transformers 5.19: a negative argument drops that many tokens from the end (a positive one is the
-                # deprecated "keep n" form, rejected by 5.24). Each layer becomes a view: no tensor is copied.
-                state.cache.crop(-drop)
-            self._pool.touch(state)
-
-    def _new_cache(self) -> Any:
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self._model.config)
-
-    def _forward(self, state: HandleState, token_ids: list[int]) -> int:
-        """One forward pass over `token_ids` after the cached prefix; records it as a chunk."""
-        vocab = int(self._model.config.vocab_size)
-        if min(token_ids) < 0 or max(token_ids) >= vocab:
-            raise ValueError(f"token ids must lie in [0, {vocab})")
-        try:
-            out = self._model(
-                input_ids=torch.tensor([token_ids], dtype=torch.long),
-                past_key_values=state.cache,
-                use_cache=True,
-                logits_to_keep=1,  # only the last position is ever sampled; skips the lm_head for the rest
-            )
-        except BaseException:
-            # A failure between layers leaves them at different lengths: drop the cache, the chunks rebuild it.
-            self._pool.drop(state)
-            state.evict()
-            raise
-        state.logits = out.logits[0, -1]
-        state.chunks.append(len(token_ids))
-        state.covered.extend(token_ids)
-        return len(token_ids)
-
-    def _make_resident(self, state: HandleState) -> int:
-        """Rebuild an evicted cache by replaying its chunks; returns the tokens recomputed."""
-        if state.cache is not None:
-            return 0
-        chunks, covered = state.chunks, state.covered
-        state.cache, state.chunks, state.covered = self._new_cache(), [], []
-        position = 0
-        try:
-            for size in chunks:
-                position += self._forward(state, covered[position : position + size])
-        except BaseException:
-            state.chunks, state.covered = chunks, covered  # keep the recipe whole for the next attempt
-            raise
-        return position
 
     def _check_room(self, n_tokens: int) -> None:
         if self._max_positions is not None and n_tokens > self._max_positions:
@@ -306,12 +255,12 @@ class HFEngine:
     def _prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
         state = self._session(handle)
         self._check_room(len(handle.tokens) + len(token_ids))
-        prefilled = self._make_resident(state)
+        prefilled = hf_cache.make_resident(self._model, self._pool, state)
         pending = handle.tokens[len(state.covered) :] + token_ids
         if pending:
-            prefilled += self._forward(state, pending)
+            prefilled += hf_cache.forward(self._model, self._pool, state, pending)
         handle.tokens.extend(token_ids)
-        self._settle(state)
+        hf_cache.settle(self._pool, state)
         return TokenUsage(reused=len(handle.tokens) - prefilled, prefilled=prefilled)
 
     def _generate(
@@ -319,17 +268,17 @@ class HFEngine:
         cancelled: threading.Event | None = None,
     ) -> Generation:
         state = self._session(handle)
-        prefilled = self._make_resident(state)
+        prefilled = hf_cache.make_resident(self._model, self._pool, state)
         pending = handle.tokens[len(state.covered) :]
         if pending:
-            prefilled += self._forward(state, pending)
+            prefilled += hf_cache.forward(self._model, self._pool, state, pending)
         elif state.logits is None:
             if not state.chunks:
                 raise ValueError("cannot generate from an empty log")
             # Re-running the last chunk on the same prefix reproduces its KV and logits exactly.
             last = state.covered[-state.chunks[-1] :]
-            self._truncate(state, len(state.covered) - len(last))
-            prefilled += self._forward(state, last)
+            hf_cache.truncate(self._model, self._pool, state, len(state.covered) - len(last))
+            prefilled += hf_cache.forward(self._model, self._pool, state, last)
         reused = len(handle.tokens) - prefilled
         room = sampling.max_tokens
         if self._max_positions is not None:
@@ -360,9 +309,9 @@ class HFEngine:
                     finish = "stop"
                     break
             if len(token_ids) < room:
-                self._forward(state, [token])
+                hf_cache.forward(self._model, self._pool, state, [token])
         text = self.chat.decode(token_ids)
-        self._settle(state)
+        hf_cache.settle(self._pool, state)
         return Generation(
             token_ids=token_ids,
             text=text if stop_at is None else text[:stop_at],
@@ -373,7 +322,7 @@ class HFEngine:
     def _crop(self, handle: CacheHandle, n_tokens: int) -> None:
         state = self._session(handle)
         del handle.tokens[n_tokens:]
-        self._truncate(state, n_tokens)
+        hf_cache.truncate(self._model, self._pool, state, n_tokens)
 
     def _fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
         state = self._session(handle)
@@ -385,7 +334,7 @@ class HFEngine:
             twin.cache.layers = [copy.copy(layer) for layer in state.cache.layers]
         forked = CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens), state=twin)
         if twin.cache is not None:
-            self._settle(twin)
+            hf_cache.settle(self._pool, twin)
         return forked
 
     def _release(self, handle: CacheHandle) -> None:
@@ -394,7 +343,3 @@ class HFEngine:
             # The chunks stay: a handle used again after release rebuilds exactly the cache it had.
             self._pool.drop(state)
             state.evict()
-
-    def _settle(self, state: HandleState) -> None:
-        self._pool.touch(state)
-        self._pool.evict_over_budget(keep=state)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import resolve_model
 
 
@@ -21,19 +21,16 @@ class LoadedModel:
 
 def load_full_attention_lm(model_arg: str | None, cache_dir: Path) -> LoadedModel:
     """The causal LM and its ChatML template (the model's EOS ids as extra stops), in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+    from transformers import AutoModelForCausalLM, DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     resolved = resolve_model(model_arg, cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
     model: Any = AutoModelForCausalLM.from_pretrained(str(resolved.path), local_files_only=True)
     model.eval()
     layers = DynamicCache(config=model.config).layers
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         # Sliding-window or linear-attention layers cannot be cropped back to an arbitrary token.
         raise RuntimeError(f"{resolved.path}: the hf engine needs a model whose layers all use full attention")
-    eos = model.generation_config.eos_token_id
-    extra_stops = frozenset([eos] if isinstance(eos, int) else list(eos or []))
-    chat = ChatMLTemplate(tokenizer, extra_stop_ids=extra_stops)
+    chat, _ = load_chat_template(resolved.path)
     max_positions = getattr(model.config, "max_position_embeddings", None)
     return LoadedModel(model, chat, max_positions, resolved.model_id, resolved.path)

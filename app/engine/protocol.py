@@ -134,10 +134,37 @@ class KVEngine(Protocol):
         """The most tokens a handle's log may hold (None before start or when the model does not say)."""
         ...
 
+    @property
+    def records_chunks(self) -> bool:
+        """Whether the engine's cache depends on how its log was chunked (hf: the same tokens split into other
+        forward passes differ in the last float bits), so the runtime stores each transition's chunk sizes (its
+        *recipe*, `chunks`) and rebuilds a cache along them. vLLM's prefix cache computes a log the same way however
+        earlier requests chunked it: False."""
+        ...
+
     async def close(self) -> None: ...
 
-    async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:
-        """A handle whose log is `tokens` (empty by default). Builds no cache yet: the next prefill does."""
+    async def open(
+        self,
+        session_key: str,
+        *,
+        salt: str | None = None,
+        tokens: list[int] | None = None,
+        chunks: list[int] | None = None,
+    ) -> CacheHandle:
+        """A handle whose log is `tokens` (empty by default). Builds no cache yet: the next call does, along `chunks`
+        (a recipe `chunks()` reported for a prefix of `tokens`, e.g. stored across a restart) on an engine that
+        `records_chunks`; the others ignore it."""
+        ...
+
+    def chunks(self, handle: CacheHandle) -> list[int]:
+        """The chunk sizes the handle's cache was built in, covering a prefix of its log (empty on an engine that
+        does not `records_chunks`)."""
+        ...
+
+    def resalt(self, handle: CacheHandle, salt: str | None) -> None:
+        """Move the handle to another cache salt (a forget's new generation, runtime/salts.py). On a shared prefix
+        cache (vLLM) nothing is computed under the new salt yet; an engine without one (hf) only relabels it."""
         ...
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:

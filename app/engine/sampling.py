@@ -1,12 +1,8 @@
-"""Seeded, replayable token sampling.
+"""Sampling rules every engine and process shares, torch-free: the seed of a transition, what a valid `Sampling` is,
+and where a stop string cuts a reply. The hf engine's seeded sampler itself is torch_sampling.py.
 
-A replayed transition must draw exactly the randomness the original drew (assumption A1): every generation owns one
-`torch.Generator` seeded from `Sampling.seed`, which the runtime derives from (session seed, transition index) with
-`transition_seed`. Nothing here reads a global RNG.
-
-Sampling draws one float64 uniform per token and inverts the cumulative distribution over the probabilities sorted
-in a fixed (stable) order, rather than calling `torch.multinomial`: the result then depends only on the logits and the
-generator's stream, not on a kernel's internal strategy.
+A replayed transition must draw exactly the randomness the original drew (assumption A1): every generation is seeded
+from `Sampling.seed`, which the runtime derives from (session seed, transition index) with `transition_seed`.
 """
 
 from __future__ import annotations
@@ -14,18 +10,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-import torch
-
 from app.engine.detokenize import IncrementalDetokenizer
 from app.engine.protocol import Sampling
 
-_SEED_SPACE = 1 << 63  # fits a signed 64-bit column and torch's manual_seed
+SEED_SPACE = 1 << 63  # fits a signed 64-bit column and torch's manual_seed
 
 
 def transition_seed(session_seed: int, transition: int) -> int:
     """The seed of one transition's generation: a stable hash, the same in every process, platform and release."""
     digest = hashlib.sha256(f"lethe/transition-seed/v1:{session_seed}:{transition}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % _SEED_SPACE
+    return int.from_bytes(digest[:8], "big") % SEED_SPACE
 
 
 def validate(sampling: Sampling) -> None:
@@ -37,28 +31,6 @@ def validate(sampling: Sampling) -> None:
         raise ValueError("max_tokens must be >= 0")
     if any(not stop for stop in sampling.stop):
         raise ValueError("stop strings must not be empty")
-
-
-def make_generator(seed: int) -> torch.Generator:
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed % _SEED_SPACE)  # negative or huge seeds map into the range manual_seed accepts
-    return generator
-
-
-def sample_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> int:
-    """The next token from the last position's logits (1-D, vocabulary-sized)."""
-    if sampling.temperature == 0:
-        return int(torch.argmax(logits).item())  # ties resolve to the lowest id, deterministically
-    probs = torch.softmax(logits.to(torch.float64) / sampling.temperature, dim=-1)
-    sorted_probs, order = torch.sort(probs, descending=True, stable=True)
-    cumulative = torch.cumsum(sorted_probs, dim=-1)
-    if sampling.top_p < 1:
-        # The nucleus: the fewest most-likely tokens whose mass reaches top_p (the first token always stays).
-        keep = int(torch.searchsorted(cumulative, torch.tensor([sampling.top_p], dtype=torch.float64)).item()) + 1
-        cumulative = cumulative[: min(keep, cumulative.numel())]
-    draw = torch.rand((), generator=generator, dtype=torch.float64) * cumulative[-1]
-    index = min(int(torch.searchsorted(cumulative, draw.reshape(1), right=True).item()), cumulative.numel() - 1)
-    return int(order[index].item())
 
 
 def find_stop(text: str, stops: tuple[str, ...]) -> int | None:

@@ -23,6 +23,14 @@ class EngineSlot:
     def ready(self) -> bool:
         return self.error is None and self.engine.ready
 
+    async def available(self) -> bool:
+        """`ready`, after asking an engine that lives elsewhere (the engine process) to look again if it was not:
+        a request that needs the model is turned away only when the engine really cannot serve it."""
+        refresh = getattr(self.engine, "refresh", None)
+        if not self.ready and self.error is None and self.task is not None and self.task.done() and refresh:
+            await refresh()
+        return self.ready
+
     async def load(self) -> None:
         try:
             await self.engine.start()

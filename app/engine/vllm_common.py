@@ -1,5 +1,5 @@
-"""What both vLLM engines need and nothing of vLLM itself: the chat template over the model's tokenizer, the cache salt
-and seed as vLLM takes them, and turning a finished completion into a `Generation` with the hf engine's conventions.
+"""What both vLLM engines need and nothing of vLLM itself: the cache salt and seed as vLLM takes them, and turning a
+finished completion into a `Generation` with the hf engine's conventions.
 The in-process engine (vllm_local.py) and the remote one (vllm_remote.py, a `vllm serve` fleet over HTTP) share it."""
 
 from __future__ import annotations
@@ -7,28 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from app.engine.chat import ChatMLTemplate
 from app.engine.protocol import ChatTemplate, Generation, Sampling, TokenUsage
 from app.engine.sampling import find_stop
 
 _SEED_SPACE = 1 << 63  # vLLM (and its HTTP API) take a signed 64-bit seed
-
-
-def load_chat_template(model_dir: Path) -> tuple[ChatMLTemplate, int]:
-    """The ChatML template over the tokenizer in `model_dir`, with the model's EOS ids as extra stops (as hf does),
-    and the tokenizer's size (added tokens included): the bound on valid token ids."""
-    from transformers import AutoTokenizer, GenerationConfig
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    try:
-        eos: Any = GenerationConfig.from_pretrained(str(model_dir), local_files_only=True).eos_token_id
-    except OSError:  # no generation_config.json: the tokenizer's own EOS is already a stop
-        eos = None
-    extra = frozenset([eos] if isinstance(eos, int) else list(eos or []))
-    return ChatMLTemplate(tokenizer, extra_stop_ids=extra), len(tokenizer)
 
 
 def cache_salt(salt: str | None) -> str | None:

@@ -39,7 +39,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import model_id_for, resolve_model
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
@@ -48,7 +48,6 @@ from app.engine.vllm_common import (
     batch_invariant_requested,
     cache_salt,
     check_ids,
-    load_chat_template,
     to_generation,
     vllm_seed,
 )
@@ -136,6 +135,10 @@ class VLLMEngine:
         return self._max_len - 1 if self._max_len > 1 else None
 
     @property
+    def records_chunks(self) -> bool:
+        return False  # vLLM computes a log's KV the same way whichever earlier requests cached part of it
+
+    @property
     def exactness(self) -> Exactness:
         if self._batch_invariant:
             return "batch-invariant"
@@ -219,7 +222,14 @@ class VLLMEngine:
 
     # -- the KVEngine calls -----------------------------------------------------------------------------------------
 
-    async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:
+    async def open(
+        self,
+        session_key: str,
+        *,
+        salt: str | None = None,
+        tokens: list[int] | None = None,
+        chunks: list[int] | None = None,
+    ) -> CacheHandle:
         # Nothing to build: the first request that carries this log finds whatever blocks are cached for it.
         return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
 
@@ -288,6 +298,9 @@ class VLLMEngine:
         state = handle.state
         twin = ComputedPrefix(self, list(state.tokens)) if isinstance(state, ComputedPrefix) else None
         return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens), state=twin)
+
+    def chunks(self, handle: CacheHandle) -> list[int]:
+        return []  # the prefix cache does not depend on how a log was chunked (records_chunks)
 
     def resalt(self, handle: CacheHandle, salt: str | None) -> None:
         """Move the handle to another cache salt (a forget's new generation, runtime/salts.py): its requests reach

@@ -28,11 +28,11 @@ from typing import Any
 
 import httpx
 
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import model_id_for, resolve_model
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
-from app.engine.vllm_common import cache_salt, check_ids, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_common import cache_salt, check_ids, to_generation, vllm_seed
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,10 @@ class VLLMRemoteEngine:
     def max_context_tokens(self) -> int | None:
         # vLLM must fit at least one generated token after the prompt: a log may hold max_model_len - 1 tokens.
         return self._max_len - 1 if self._max_len > 1 else None
+
+    @property
+    def records_chunks(self) -> bool:
+        return False  # vLLM computes a log's KV the same way whichever earlier requests cached part of it
 
     @property
     def exactness(self) -> Exactness:
@@ -168,7 +172,14 @@ class VLLMRemoteEngine:
 
     # -- the KVEngine calls -----------------------------------------------------------------------------------------
 
-    async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None) -> CacheHandle:
+    async def open(
+        self,
+        session_key: str,
+        *,
+        salt: str | None = None,
+        tokens: list[int] | None = None,
+        chunks: list[int] | None = None,
+    ) -> CacheHandle:
         return CacheHandle(session_key=session_key, salt=salt, tokens=list(tokens or []))
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
@@ -227,6 +238,9 @@ class VLLMRemoteEngine:
 
     async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
         return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens))
+
+    def chunks(self, handle: CacheHandle) -> list[int]:
+        return []  # the prefix cache does not depend on how a log was chunked (records_chunks)
 
     def resalt(self, handle: CacheHandle, salt: str | None) -> None:
         """Move the handle to another cache salt (a forget's new generation, runtime/salts.py)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.statements import Sql
-from app.forget.receipts import JobReceipt, MemoryReceipt
+from app.forget.receipts import JobReceipt, MemoryEntry
 from app.ids import new_id
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class JobCascade:
     async def enqueue(
         self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
     ) -> str | None:
-        memory = MemoryReceipt(namespace=namespace, key=key, tombstone_version=tombstone_version)
+        memory = MemoryEntry(namespace=namespace, key=key, tombstone_version=tombstone_version)
         job_id = new_id("fgt")
         reached = await artifacts_repo.sessions_with_memory(sql, tenant_id, namespace, key)
         receipt = JobReceipt(memory=memory) if reached else JobReceipt(memory=memory, duration_ms=0)

@@ -25,24 +25,25 @@ from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.db.statements import InSession
 from app.embeddings import Embedder
+from app.engine.session_caches import SessionCaches
 from app.engine.slot import EngineSlot
-from app.errors import InvalidRequest, NotFound, SessionBusy
+from app.errors import EngineUnavailable, InvalidRequest, NotFound, SessionBusy
 from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
 from app.forget.jobs import JobView, LeaseLost, Retry, view_of
 from app.forget.locate import Target
-from app.forget.policies import policy_of
-from app.forget.reach import check_session, sessions_reached
-from app.forget.receipts import DerivedMemory, JobReceipt, PendingCall, SessionReceipt, side_effects
+from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
 from app.forget.replay import NeedsInput, Rebuilt
+from app.forget.session_work import SessionWork
+from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
-from app.forget.swap import swap_in
-from app.forget.work import SessionWork
+from app.forget.target_sessions import check_session, sessions_reached
 from app.memory import repository as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
-from app.runtime.handles import HandleRegistry
+from app.policies import POLICIES
+from app.runtime.step import Machinery
 from app.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class ForgetExecutor:
         self,
         db: Database,
         engine: EngineSlot,
-        handles: HandleRegistry,
+        handles: SessionCaches,
         sessions: SessionService,
         metrics: Metrics,
         embedder: Embedder,
@@ -83,10 +84,11 @@ class ForgetExecutor:
             raise
         except NeedsInput as wait:
             call = {"id": wait.call.id, "name": wait.call.name, "arguments": wait.call.arguments}
-            pending = PendingCall(session_id=wait.session_id, tool_call=call)
+            pending = PendingInput(session_id=wait.session_id, tool_call=call)
             return await self._park(job, owner, receipt.model_copy(update={"pending": pending}), started)
         except Exception as exc:
-            log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__})
+            # With the traceback: the runtime's messages name tokens, ids and limits, never artifact text.
+            log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__}, exc_info=True)
             return await self._finish(job, owner, target, strategy, receipt, started, error=_describe(exc))
         return await self._finish(job, owner, target, strategy, receipt, started, error=None)
 
@@ -96,7 +98,7 @@ class ForgetExecutor:
     ) -> JobReceipt:
         """The receipt with this session's entry, as committed with the session's swap (unchanged when the target is
         not, or no longer, in the session)."""
-        if strategy.replays and not self.slot.ready:
+        if strategy.replays and not await self.slot.available():
             raise Retry("the model is not loaded yet")
         outputs = strategy.matches_outputs
         vector = None
@@ -117,14 +119,15 @@ class ForgetExecutor:
                     if outputs and vector is not None:
                         similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
                     checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
-                policy = policy_of(session)
+                policy = POLICIES.of(session)
+                machinery = Machinery(self.slot.engine, self.handles, self.embedder, self.db)
                 work = SessionWork(
-                    self.db, self.slot.engine, self.handles, session, found.rows, found.located, found.closure,
-                    checkpoints, self.embedder, provided=dict(receipt.provided), similar=similar,
+                    machinery, policy, session, found.rows, found.located, found.closure, checkpoints,
+                    provided=dict(receipt.provided), similar=similar,
                 )
-                change = await strategy.apply(work, policy)  # the model work, outside any transaction
+                change = await strategy.apply(work, policy.forget)  # the model work, outside any transaction
                 async with lease.commit() as (tx, locked):
-                    entry = await swap_in(tx, locked, found, change, policy)
+                    entry = await swap_in(tx, locked, found, change, policy.forget)
                     entry = entry.model_copy(update={"exactness": self.slot.engine.exactness})
                     derived = []
                     if strategy.cleans_derived_memory:
@@ -149,13 +152,18 @@ class ForgetExecutor:
         except SessionBusy:
             raise Retry(f"session {session_id} is busy") from None
         except NeedsInput:
-            self.handles.pop(session_id)
+            await self.handles.drop(session_id)
             raise
         except NotFound:
             return receipt  # the session was deleted meanwhile: nothing of it is left to forget
+        except EngineUnavailable:
+            # The engine went away under the replay (its process restarts, a fleet server died): nothing of this
+            # session committed, and the job is tried again once the engine is back, not failed.
+            await self.handles.drop(session_id)
+            raise Retry(f"the engine went away while session {session_id} was being forgotten") from None
         except BaseException:
             # Nothing of this session's rebuild committed; the cache handle may hold the rebuilt suffix.
-            self.handles.pop(session_id)
+            await self.handles.drop(session_id)
             raise
         self._observe_session(strategy.name, entry)
         return updated
@@ -229,7 +237,7 @@ class ForgetExecutor:
         log.info("forget job needs input", extra={"forget_id": job.id})
         return view_of(row)
 
-    def _observe_session(self, strategy: str, entry: SessionReceipt) -> None:
+    def _observe_session(self, strategy: str, entry: SessionEntry) -> None:
         tokens = entry.tokens
         self.metrics.forget_transitions.labels(strategy=strategy).observe(entry.transitions_replayed)
         for kind, count in (("reused", tokens.reused), ("prefilled", tokens.prefilled), ("decoded", tokens.decoded)):

@@ -10,9 +10,9 @@ from app.db.models import ForgetJob
 from app.forget.receipts import (
     DerivedMemory,
     JobReceipt,
-    MemoryReceipt,
-    PendingCall,
-    SessionReceipt,
+    MemoryEntry,
+    PendingInput,
+    SessionEntry,
     SideEffect,
 )
 
@@ -44,11 +44,11 @@ class JobView:
     status: str
     strategy: str
     target: dict[str, Any]
-    sessions: list[SessionReceipt] = field(default_factory=list)
-    memory: MemoryReceipt | None = None
+    sessions: list[SessionEntry] = field(default_factory=list)
+    memory: MemoryEntry | None = None
     suppressed_side_effects: list[SideEffect] = field(default_factory=list)
     committed_side_effects: list[SideEffect] = field(default_factory=list)
-    pending: PendingCall | None = None
+    pending: PendingInput | None = None
     derived_memory: list[DerivedMemory] = field(default_factory=list)
     duration_ms: int | None = None
     error: str | None = None

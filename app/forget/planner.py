@@ -17,12 +17,12 @@ from app.forget import locate
 from app.forget.cost import full_reset_estimate
 from app.forget.jobs import JobView
 from app.forget.locate import Found, Target
-from app.forget.policies import policy_of
-from app.forget.reach import check_session
-from app.forget.receipts import MemoryReceipt, SessionReceipt, TokensOut, TraceStep
+from app.forget.receipts import MemoryEntry, SessionEntry, TokenCounts, TraceEntry
+from app.forget.state_swap import session_entry
 from app.forget.strategies import ForgetStrategy
-from app.forget.swap import session_entry
+from app.forget.target_sessions import check_session
 from app.ids import new_id
+from app.policies import POLICIES
 
 
 async def plan(
@@ -49,7 +49,7 @@ async def plan(
     memory = None
     if target.namespace is not None:
         assert target.key is not None
-        memory = MemoryReceipt(namespace=target.namespace, key=target.key, tombstone_version=None)
+        memory = MemoryEntry(namespace=target.namespace, key=target.key, tombstone_version=None)
     return JobView(
         id=new_id("fgt"), status="succeeded", strategy=strategy.name, target=target.scrubbed(), sessions=entries,
         memory=memory, reason=reason, dry_run=True,
@@ -58,16 +58,18 @@ async def plan(
 
 def _planned(
     session: AgentSession, found: Found, checkpoints: Sequence[Checkpoint], strategy: ForgetStrategy
-) -> SessionReceipt:
-    trace = [TraceStep(artifact_id=e.artifact_id, kind=e.kind, turn=e.turn, why=e.why) for e in found.closure]
+) -> SessionEntry:
+    trace = [TraceEntry(artifact_id=e.artifact_id, kind=e.kind, turn=e.turn, why=e.why) for e in found.closure]
     full = full_reset_estimate(session.token_count, found.live_rows)
     if not strategy.replays:  # nothing regenerated: the change costs next to nothing
-        tokens = TokensOut(reused=0, recompute_estimate=0, full_reset_estimate=full)
+        tokens = TokenCounts(reused=0, recompute_estimate=0, full_reset_estimate=full)
         return session_entry(session, found.located, found.closure, tokens, trace=trace)
-    estimate = policy_of(session).estimate(
+    estimate = POLICIES.of(session).forget.estimate(
         session, found.rows, found.located, found.closure, checkpoints, cold=strategy.cold
     )
-    tokens = TokensOut(reused=estimate.reused, recompute_estimate=estimate.recompute_estimate, full_reset_estimate=full)
+    tokens = TokenCounts(
+        reused=estimate.reused, recompute_estimate=estimate.recompute_estimate, full_reset_estimate=full
+    )
     return session_entry(
         session, found.located, found.closure, tokens, transitions_replayed=estimate.transitions_replayed,
         checkpoint=estimate.checkpoint, trace=trace,

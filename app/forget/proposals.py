@@ -1,4 +1,4 @@
-"""A deletion request made in plain words inside a session (requests.py), answered with a plan to confirm.
+"""A deletion request made in plain words inside a session (plain_words.py), answered with a plan to confirm.
 
 A turn that is one user message such as "Forget that I live in Paris" is not run as a transition: M is matched in
 the session, the forget is planned and stored as a job in status `planned` (its target is M's ids only, never the
@@ -24,9 +24,9 @@ from app.errors import NotFound
 from app.forget import locate
 from app.forget.jobs import DEFAULT_STRATEGY, JobView, view_of
 from app.forget.locate import Target
+from app.forget.plain_words import MEANING_SIMILARITY, DeletionRequest, parse
 from app.forget.planner import plan
 from app.forget.receipts import JobReceipt
-from app.forget.requests import MEANING_SIMILARITY, DeletionRequest, parse
 from app.forget.strategies import STRATEGIES
 from app.ids import new_id
 from app.runtime.blocks import MODEL_KINDS, Observation

@@ -1,9 +1,10 @@
 """A forget job's receipt: what it did per session, to memory and to side effects, built once as typed objects.
 
-A receipt holds artifact ids, counts and digests, never a copy of the forgotten text. It is stored as JSON in
-`forget_jobs.receipt` (`JobReceipt.stored` / `JobReceipt.load`: the same JSON jobs stored before still load) and
-returned by the API as it is (api/schemas/forget.py reuses these models). A dry run's plan uses the same session
-entry, with `trace` and estimates instead of counts.
+A receipt holds artifact ids, counts and digests, never a copy of the forgotten text. These are the stored form, as
+JSON in `forget_jobs.receipt` (`JobReceipt.stored` / `JobReceipt.load`: the same JSON jobs stored before still load);
+the API answers with its own schemas (api/schemas/forget.py), built from these, so the stored form can change without
+changing the contract and the other way round. A dry run's plan uses the same session entry, with `trace` and
+estimates instead of counts.
 """
 
 from __future__ import annotations
@@ -16,59 +17,51 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 
-class TokensOut(BaseModel):
-    reused: int = Field(description="Tokens of the clean prefix served from the cache")
-    prefilled: int | None = Field(default=None, description="Prompt tokens computed (a receipt)")
-    decoded: int | None = Field(default=None, description="Tokens sampled (a receipt)")
-    recompute_estimate: int | None = Field(
-        default=None, description="Tokens the replay is expected to compute (a plan)"
-    )
-    full_reset_estimate: int = Field(description="Tokens a cold full reset of the session computes")
+class TokenCounts(BaseModel):
+    reused: int
+    prefilled: int | None = None  # a receipt's
+    decoded: int | None = None  # a receipt's
+    recompute_estimate: int | None = None  # a plan's
+    full_reset_estimate: int
 
 
-class CheckpointOut(BaseModel):
+class RestorePoint(BaseModel):
     turn: int
     token_offset: int
 
 
-class TraceStep(BaseModel):
+class TraceEntry(BaseModel):
     artifact_id: str
     kind: str
     turn: int
-    why: str = Field(description="`target`, or `context held <artifact id>`: the parent it was reached through")
+    why: str  # "target", or "context held <artifact id>"
 
 
-class SessionReceipt(BaseModel):
+class SessionEntry(BaseModel):
     session_id: str
-    tau: int = Field(description="The first transition holding the target")
-    T: int = Field(description="The session's last transition when the forget ran")
+    tau: int
+    T: int
     transitions_replayed: int
-    checkpoint: CheckpointOut | None = Field(description="The restore point (None: nothing reused)")
-    closure: list[str] = Field(description="The target and every artifact whose context reached it")
-    trace: list[TraceStep] | None = Field(default=None, description="Why each closure artifact is there (dry run)")
-    tokens: TokensOut
+    checkpoint: RestorePoint | None
+    closure: list[str]
+    trace: list[TraceEntry] | None = None  # a plan's
+    tokens: TokenCounts
     epoch_before: int
     epoch_after: int | None = None
     state_sha256_before: str | None = None
     state_sha256_after: str | None = None
-    exactness: str | None = Field(
-        default=None,
-        description="How exactly the engine reproduced the counterfactual: `exact` (hf: bit for bit), `unbatched` or "
-        "`batch-invariant` (vLLM: bit for bit while the prefix stays cached), `batched` (vLLM batching beside live "
-        "traffic: a token may flip at a near-tie; docs/engines.md measures how often). Unset in a dry run and in "
-        "receipts from before it was recorded.",
-    )
+    exactness: str | None = None  # KVEngine.exactness when the session was forgotten (unset in older receipts)
 
 
-class MemoryReceipt(BaseModel):
+class MemoryEntry(BaseModel):
     namespace: str
     key: str
     tombstone_version: int | None
 
 
-class PendingCall(BaseModel):
+class PendingInput(BaseModel):
     session_id: str
-    tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
+    tool_call: dict[str, Any]  # {id, name, arguments} of the call the counterfactual makes
 
 
 class SideEffect(TypedDict):
@@ -93,12 +86,12 @@ class JobReceipt(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    sessions: list[SessionReceipt] = Field(default_factory=list)
-    memory: MemoryReceipt | None = None
+    sessions: list[SessionEntry] = Field(default_factory=list)
+    memory: MemoryEntry | None = None
     suppressed_side_effects: list[SideEffect] = Field(default_factory=list)
     committed_side_effects: list[SideEffect] = Field(default_factory=list)
     derived_memory: list[DerivedMemory] = Field(default_factory=list)
-    pending: PendingCall | None = None  # the call a needs_input job waits on
+    pending: PendingInput | None = None  # the call a needs_input job waits on
     # The client's answers to calls a replay made anew (tool call id → result), until the job ends; stored as
     # `inputs`, the key jobs have always stored them under.
     provided: dict[str, str] = Field(default_factory=dict, alias="inputs")

@@ -2,8 +2,8 @@
 
 M is the located target (observations dropped or sanitized, or model outputs named directly) and Dep(M) its closure
 over the exact provenance edges. Walking the store in log order, every model output is kept, deleted, or regenerated
-(a new output with a new id, in the same transition and place, produced exactly as the runtime produces one:
-runtime/retrieval.py, over the store as it now stands: without M, with the outputs regenerated before it):
+(a new output with a new id, in the same transition and place, produced by the runtime's one transition function,
+runtime/step.py, over the store as it now stands: without M, with the outputs regenerated before it):
 
 - `delete` (the paper's deletion, `delete_dependents`): M and Dep(M) are deleted. Summaries are derived messages, not
   replies: a summary in Dep(M) is regenerated from its remaining sources (deleted when none remain).
@@ -28,16 +28,14 @@ from typing import Any, Literal
 
 from app.db.models import Artifact
 from app.db.repositories.artifact_search import Neighbor
+from app.db.repositories.artifacts import LogEntry
 from app.forget.replay import observation_of
 from app.forget.rewrite import Rewritten
-from app.forget.work import SessionWork
-from app.ids import new_id
+from app.forget.session_work import SessionWork
 from app.runtime import retrieval
 from app.runtime.blocks import MODEL_KINDS, Block, render
-from app.runtime.context import Node, union_sources
 from app.runtime.records import artifact_row, edge_row
-from app.runtime.salts import salt_of
-from app.runtime.transition import sampling_for
+from app.runtime.step import Compaction, RetrievalView, SessionState, TransitionInput, step
 
 Mode = Literal["delete", "selective", "full"]
 
@@ -81,11 +79,6 @@ class _Regeneration:
         self.sources = set(work.located.sources)
         self.closure = {entry.artifact_id for entry in work.closure}
         self.params = retrieval.Params.of(session.retrieval)
-        preamble = [
-            r for r in work.live_rows if r.turn == 0 and r.kind in retrieval.PREAMBLE_KINDS and r.id not in self.edits
-        ]
-        self.preamble_ids = [r.id for r in preamble]
-        self.preamble_tokens = [t for r in preamble for t in r.token_ids]
         self.out = Rewritten(system_prompt=session.system_prompt)
         self.finals: list[_Final] = []
         self.by_id: dict[str, _Final] = {}  # a stored id → what it became (a regenerated output: its new row)
@@ -116,8 +109,8 @@ class _Regeneration:
         if row.id in self.edits:  # sanitized: new text, new tokens, new embedding
             content = self.edits[row.id] or ""
             final.content = content
-            final.token_ids = render(self.work.engine.chat, observation_of(row, content)).token_ids
-            final.vector = (await self.work.embedder.embed([content]))[0]
+            final.token_ids = render(self.work.m.engine.chat, observation_of(row, content)).token_ids
+            final.vector = (await self.work.m.embedder.embed([content]))[0]
             self._replaced(row, final)
         self._keep(final)
 
@@ -160,71 +153,73 @@ class _Regeneration:
 
     async def _retrieve(self, turn: int, own: Sequence[_Final]) -> list[Neighbor]:
         query = await self._query_vector(own)
-        async with self.work.db.transaction() as tx:
+        async with self.work.m.db.transaction() as tx:
             return await retrieval.retrieve(
                 tx, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed), fresh=self.fresh,
             )
 
     async def _query_vector(self, own: Sequence[_Final]) -> list[float]:
-        """What the turn's retrieval searched with, as the runtime computes it: one observation's own vector (its
-        stored one, or the new one of a sanitized message), else the joined text embedded. Re-checking every reply
-        after a change must not embed again what the store already holds."""
+        """What the turn's retrieval searched with, as the runtime computes it (retrieval_turns.py): one
+        observation's own vector (its stored one, or the new one of a sanitized message), else the joined text
+        embedded. Re-checking every reply after a change must not embed again what the store already holds."""
         if len(own) == 1:
-            final = own[0]
-            if final.vector is not None:
-                return final.vector
-            stored = None if final.original is None else final.original.embedding
-            if stored is not None:
-                return [float(x) for x in stored]
+            known = self._known_vector(own[0])
+            if known is not None:
+                return known
         blocks = [Block(f.kind, f.content, f.token_ids) for f in own]
-        return (await self.work.embedder.embed([retrieval.query_text(blocks)]))[0]
+        return (await self.work.m.embedder.embed([retrieval.query_text(blocks)]))[0]
 
     async def _remake(self, row: Artifact) -> None:
-        """Regenerate output `row` over the store as it now stands (deleted when nothing is left to derive it from)."""
-        work, session = self.work, self.work.session
-
-        def sampling_of(room: int | None) -> Any:
-            return sampling_for(session.sampling, row.turn, room)
-
-        own: list[_Final] = []
+        """Regenerate output `row` over the store as it now stands (deleted when nothing is left to derive it from):
+        transition `row.turn` run again by the runtime's transition function, on the store as it will be."""
+        work = self.work
         if row.kind == "summary":
             summarized = [self.by_id[i] for i in (row.meta or {}).get("summarized", []) if i in self.by_id]
             if not summarized:
                 self._gone(row)
                 return
-            context = [f.neighbor() for f in summarized]
-            answer = await retrieval.summarize(
-                work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context, sampling_of
-            )
+            sources = [f.neighbor() for f in summarized]
+            t = TransitionInput(row.turn, compaction=Compaction(0, (), sources=sources))
         else:
             own = self._own(row.turn)
             if not own:
                 self._gone(row)
                 return
-            context = await self._retrieve(row.turn, own)
-            answer = await retrieval.respond(
-                work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context,
-                [Block(f.kind, f.content, f.token_ids) for f in own], sampling_of,
+            t = TransitionInput(
+                row.turn, [Block(f.kind, f.content, f.token_ids) for f in own], keep_ids=[f.id for f in own],
+                vectors=[self._known_vector(f) for f in own],
+                view=RetrievalView(exclude=sorted(self.changed), fresh=list(self.fresh)),
             )
-        known = {f.id: f for f in self.finals}
-        parents = [*self.preamble_ids, *(m.id for m in context), *(f.id for f in own)]
-        nodes = [Node(p, known[p].kind, tuple(known[p].source_ids)) for p in parents if p in known]
-        meta = dict(answer.reply.meta)
-        if answer.finish_reason is not None:
-            meta["finish_reason"] = answer.finish_reason
+        done = await step(work.m, work.session, work.policy, SessionState(self._log(), 0), t)
+        output = done.records.artifacts[0] if row.kind == "summary" else done.reply
+        assert output is not None
         made = _Final(
-            id=new_id("art"), kind=row.kind, turn=row.turn, position=row.position, content=answer.reply.content,
-            token_ids=list(answer.reply.token_ids), source_ids=union_sources(nodes), meta=meta, original=None,
-            vector=(await work.embedder.embed([answer.reply.content]))[0], parents=[n.id for n in nodes],
+            id=output["id"], kind=row.kind, turn=row.turn, position=row.position, content=output["content"],
+            token_ids=list(output["token_ids"]), source_ids=list(output["source_ids"]), meta=dict(output["meta"]),
+            original=None, vector=done.embeddings.get(output["id"]),
+            parents=[e["parent_id"] for e in done.records.edges if e["child_id"] == output["id"]],
         )
         self.out.deleted.append(row.id)
         self._replaced(row, made)
         self.finals.append(made)
         self.by_id[row.id] = made
         self.out.transitions += 1
-        self.out.prefilled += answer.usage.prefill_tokens
-        self.out.reused += answer.usage.reused_tokens
-        self.out.decoded += answer.usage.decode_tokens
+        self.out.prefilled += done.usage.prefill_tokens
+        self.out.reused += done.usage.reused_tokens
+        self.out.decoded += done.usage.decode_tokens
+
+    def _known_vector(self, final: _Final) -> list[float] | None:
+        if final.vector is not None:
+            return final.vector
+        stored = None if final.original is None else final.original.embedding
+        return None if stored is None else [float(x) for x in stored]
+
+    def _log(self) -> list[LogEntry]:
+        """The store as it now stands, up to the output being regenerated, as the transition's log."""
+        return [
+            LogEntry(f.id, f.kind, f.turn, f.position, 0, len(f.token_ids), f.token_ids, f.source_ids, None)
+            for f in self.finals
+        ]
 
     def _retile(self) -> None:
         """Spans from token 0 over the store as it will be: the rows to update and to insert, and the new edges."""

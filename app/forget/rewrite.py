@@ -14,15 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.db.models import AgentSession, Artifact
-from app.engine.protocol import KVEngine
 from app.forget.replay import Rebuilt, entries_of, observation_of
-from app.runtime import checkpoints
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
-from app.runtime.context import policy_for
-from app.runtime.handles import HandleRegistry
-from app.runtime.records import records_for, stored_log
-from app.runtime.salts import salt_of
-from app.runtime.transition import advance, check_room, sync
+from app.runtime.records import stored_log
+from app.runtime.step import Machinery, SessionPolicy, SessionState, TransitionInput, step
 
 
 @dataclass
@@ -41,8 +36,7 @@ class Rewritten:
 
 
 async def rewrite(
-    engine: KVEngine,
-    handles: HandleRegistry,
+    m: Machinery,
     session: AgentSession,
     rows: Sequence[Artifact],
     *,
@@ -54,7 +48,7 @@ async def rewrite(
     """Delete `drop`, apply `edits` to observations, strip `redact` from every remaining artifact; re-tile and
     re-prefill (only a cache that `holds_log`: a retrieval session's holds its preamble alone, runtime/retrieval.py,
     so there is nothing to re-prefill and no recipe to keep)."""
-    chat = engine.chat
+    chat = m.engine.chat
     out = Rewritten(system_prompt=session.system_prompt)
     offset = 0
     first_change: int | None = None
@@ -98,7 +92,7 @@ async def rewrite(
     if holds_log:
         if kept and len(tokens) > boundary:
             kept[-1]["meta"]["chunks"] = {"at": boundary, "sizes": [len(tokens) - boundary]}
-        out.reused, out.prefilled = await _reprefill(engine, handles, session, tokens, boundary)
+        out.reused, out.prefilled = await _reprefill(m, session, tokens, boundary)
     out.updated = [
         {"id": k["row"].id, "content": k["content"], "token_ids": k["token_ids"], "token_start": k["token_start"],
          "token_end": k["token_end"], "meta": k["meta"],
@@ -119,41 +113,28 @@ def _chunk_boundary(rows: Sequence[Artifact], position: int) -> int:
     return boundary
 
 
-async def _reprefill(
-    engine: KVEngine, handles: HandleRegistry, session: AgentSession, tokens: list[int], boundary: int
-) -> tuple[int, int]:
-    """Crop this process's cache to `boundary` and prefill the rewritten rest in one chunk; (reused, prefilled)."""
-    handle = handles.get(session.id)
+async def _reprefill(m: Machinery, session: AgentSession, tokens: list[int], boundary: int) -> tuple[int, int]:
+    """Crop the session's cache to `boundary` and prefill the rewritten rest in one chunk; (reused, prefilled)."""
+    handle = await m.handles.checkout(session.id)
     if handle is None or handle.tokens[:boundary] != tokens[:boundary] or len(handle.tokens) < boundary:
         if handle is not None:
-            handles.pop(session.id)
-        return 0, 0  # nothing resident here: the next turn rebuilds along the recipe, paying then
-    await engine.crop(handle, boundary)
+            await m.handles.drop(session.id)
+        return 0, 0  # nothing resident: the next turn rebuilds along the recipe, paying then
+    await m.engine.crop(handle, boundary)
     rest = tokens[boundary:]
-    prefilled = (await engine.prefill(handle, rest)).prefilled if rest else 0
+    prefilled = (await m.engine.prefill(handle, rest)).prefilled if rest else 0
     return boundary, prefilled
 
 
 async def append_instruction(
-    engine: KVEngine, handles: HandleRegistry, session: AgentSession, rows: Sequence[Artifact], instruction: str
+    m: Machinery, policy: SessionPolicy, session: AgentSession, rows: Sequence[Artifact], instruction: str
 ) -> Rebuilt:
     """One more transition holding a user message and no reply (the forget-instruction baseline)."""
     turn = session.turns + 1
-    log = entries_of(rows)
-    block = render(engine.chat, Observation("user", instruction))
-    check_room(engine, log[-1].token_end if log else 0, len(block.token_ids), False)
-    synced = await sync(engine, handles.get(session.id), session.id, salt_of(session), stored_log(log))
-    handles.put(session.id, synced.handle)
-    outcome = await advance(engine, synced, [block], None)
-    policy = policy_for(session.context_policy)
-    records = records_for(session.tenant_id, session.id, turn, log, outcome.blocks, outcome, policy)
-    marks = checkpoints.for_transition(
-        session.checkpoint_policy, turn, records.kinds, records.manifest_before, records.manifest_after
-    )
+    state = SessionState(entries_of(rows), max((r.position for r in rows), default=-1) + 1)
+    block = render(m.engine.chat, Observation("user", instruction))
+    done = await step(m, session, policy, state, TransitionInput(turn, [block], generate=False))
     return Rebuilt(
-        from_turn=turn, rows=records.artifacts, edges=records.edges, checkpoints=marks,
-        token_count=records.token_count, system_prompt=session.system_prompt,
-        reused=outcome.usage.reused_tokens, prefilled=outcome.usage.prefill_tokens, transitions=1,
-        handle=synced.handle,
+        from_turn=turn, steps=[done], token_count=done.records.token_count, system_prompt=session.system_prompt,
+        reused=done.usage.reused_tokens, prefilled=done.usage.prefill_tokens, transitions=1,
     )
-

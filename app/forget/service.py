@@ -8,11 +8,13 @@ to confirm (proposals.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.notifications import JobEvents
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.session import Database
 from app.embeddings import Embedder
@@ -23,24 +25,27 @@ from app.forget.cascade import JobCascade
 from app.forget.jobs import DEFAULT_STRATEGY, JobView, Submission, view_of
 from app.forget.locate import Target
 from app.forget.proposals import Proposal
-from app.forget.reach import check_target, sessions_reached
-from app.forget.receipts import JobReceipt, MemoryReceipt
+from app.forget.receipts import JobReceipt, MemoryEntry
 from app.forget.strategies import STRATEGIES, ForgetStrategy
+from app.forget.target_sessions import check_target, sessions_reached
 from app.ids import new_id
 from app.memory.service import MemoryService
 from app.runtime.blocks import Observation
+
+WAIT_POLL_S = 1.0  # how often a waiter looks anyway (a lost notification costs at most this)
 
 
 class ForgetService:
     def __init__(
         self, db: Database, engine: EngineSlot, embedder: Embedder, *, wait_s: float = 60.0,
-        wake: asyncio.Event | None = None,
+        wake: asyncio.Event | None = None, events: JobEvents | None = None,
     ) -> None:
         self.db = db
         self.slot = engine
         self.embedder = embedder
         self.wait_s = wait_s
         self.wake = wake
+        self.events = events
 
     async def submit(self, tenant_id: str, request: Submission) -> JobView:
         if request.plan_id is not None:
@@ -112,13 +117,18 @@ class ForgetService:
         return view_of(job)
 
     async def wait(self, tenant_id: str, job_id: str, timeout_s: float) -> JobView:
-        """The job once it ended, or as it stands when `timeout_s` ran out (any process may be running it)."""
+        """The job once it ended, or as it stands when `timeout_s` ran out (any process may be running it): woken by
+        the job's status events (app/db/notifications.py), with a slow poll behind them in case they are down."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            view = await self.get(tenant_id, job_id)
-            if view.finished or time.monotonic() >= deadline:
-                return view
-            await asyncio.sleep(0.1)
+        with self.events.watch(job_id) if self.events else contextlib.nullcontext(asyncio.Event()) as changed:
+            while True:
+                changed.clear()
+                view = await self.get(tenant_id, job_id)
+                left = deadline - time.monotonic()
+                if view.finished or left <= 0:
+                    return view
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), min(left, WAIT_POLL_S))
 
     async def provide(self, tenant_id: str, job_id: str, tool_call_id: str, content: str) -> JobView:
         """The client's result for the call a needs_input job waits on; the job is queued again."""
@@ -164,7 +174,7 @@ class ForgetService:
     async def _check(self, tenant_id: str, target: Target, strategy: ForgetStrategy, session_ids: list[str]) -> None:
         """Refuse, before queueing, what the strategy cannot do with this target (422), or what needs the model
         when it is not loaded (503)."""
-        if strategy.replays and not self.slot.ready and session_ids:
+        if strategy.replays and session_ids and not await self.slot.available():
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
         async with self.db.transaction() as tx:
             await check_target(tx, tenant_id, target, strategy, session_ids)
@@ -177,7 +187,7 @@ class ForgetService:
             outcome = await memory.forget(tenant_id, target.namespace, target.key)
             if outcome.forget_id is not None:
                 return outcome.forget_id
-            receipt = JobReceipt(memory=MemoryReceipt(
+            receipt = JobReceipt(memory=MemoryEntry(
                 namespace=target.namespace, key=target.key, tombstone_version=outcome.version
             ))
         async with self.db.transaction() as tx:

@@ -1,6 +1,6 @@
 """Forget strategies behind one interface: what a forget does to one session, under that session's lease.
 
-Every strategy gets the same `SessionWork` (work.py: the session, its live artifacts, the located target, its
+Every strategy gets the same `SessionWork` (session_work.py: the session, its live artifacts, the located target, its
 closure and checkpoints) and the session's context policy (policies.py), and returns one of three changes, which the
 executor swaps in the same way for all:
 
@@ -33,9 +33,8 @@ from typing import Final, Protocol
 
 from app.errors import InvalidRequest
 from app.forget.locate import Located, only_model_outputs
-from app.forget.policies import ForgetPolicy
-from app.forget.rewrite import append_instruction, rewrite
-from app.forget.work import Change, SessionWork
+from app.forget.per_policy import ForgetPolicy
+from app.forget.session_work import Change, SessionWork
 
 BOTH: Final = frozenset({"full", "retrieval"})
 
@@ -117,20 +116,14 @@ class SourceRedaction(_Base):
     name = "source_redaction"  # B3: drop (or redact) the source block, keep everything derived from it
 
     async def apply(self, work: SessionWork, policy: ForgetPolicy) -> Change:
-        return await rewrite(
-            work.engine, work.handles, work.session, work.live_rows, drop=set(), edits=dict(work.located.edits),
-            holds_log=policy.holds_log,
-        )
+        return await policy.rewrite(work, drop=set(), edits=dict(work.located.edits))
 
 
 class SanitizedRebuild(_Base):
     name = "sanitized_rebuild"  # B6: string-redact the whole transcript (model outputs too), rebuild the cache
 
     async def apply(self, work: SessionWork, policy: ForgetPolicy) -> Change:
-        return await rewrite(
-            work.engine, work.handles, work.session, work.live_rows, drop=set(), edits=dict(work.located.edits),
-            redact=work.located.span, holds_log=policy.holds_log,
-        )
+        return await policy.rewrite(work, drop=set(), edits=dict(work.located.edits), redact=work.located.span)
 
 
 class ForgetInstruction(_Base):
@@ -140,7 +133,7 @@ class ForgetInstruction(_Base):
     async def apply(self, work: SessionWork, policy: ForgetPolicy) -> Change:
         what = work.located.span or "the earlier message I asked you to forget"
         instruction = f"Forget the following and never use, repeat or act on it again: {what}"
-        return await append_instruction(work.engine, work.handles, work.session, work.live_rows, instruction)
+        return await policy.instruct(work, instruction)
 
 
 class NoForget(_Base):
@@ -188,9 +181,7 @@ class SemanticDeletion(_Base):
 
     async def apply(self, work: SessionWork, policy: ForgetPolicy) -> Change:
         drop = set(work.similar) | {i for i, content in work.located.edits.items() if content is None}
-        return await rewrite(
-            work.engine, work.handles, work.session, work.live_rows, drop=drop, edits={}, holds_log=policy.holds_log
-        )
+        return await policy.rewrite(work, drop=drop, edits={})
 
 
 def _refuse_outputs_only(name: str, located: Located) -> None:

@@ -86,8 +86,8 @@ class ForgetWorker:
                 return
             log.info("forget job requeued", extra={"forget_id": job.id, "why": str(why)})
             async with self.db.transaction() as tx:
-                await jobs_repo.requeue(tx, job.id, self.owner)
-            await asyncio.sleep(min(5.0, 0.2 * job.attempts))  # back off; the session's turn will end
+                # It waits in the queue, not here: this worker goes on with the other jobs meanwhile.
+                await jobs_repo.requeue(tx, job.id, self.owner, after_s=min(5.0, 0.2 * job.attempts))
         except LeaseLost:
             log.warning("forget job lease lost; another worker owns it now", extra={"forget_id": job.id})
         finally:
@@ -95,8 +95,13 @@ class ForgetWorker:
             await asyncio.gather(heartbeat, return_exceptions=True)
 
     async def _heartbeat(self, job_id: str) -> None:
+        """Renew the job's lease every third of it while the job runs. A failed renewal (the database blinked) is
+        retried at the next beat, two more before the lease could lapse; only losing the lease ends it."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
-            async with self.db.transaction() as tx:
-                if not await jobs_repo.renew(tx, job_id, self.owner, self.lease_s):
-                    return
+            try:
+                async with self.db.transaction() as tx:
+                    if not await jobs_repo.renew(tx, job_id, self.owner, self.lease_s):
+                        return
+            except Exception as exc:
+                log.warning("forget job lease renewal failed", extra={"forget_id": job_id, "error": type(exc).__name__})

@@ -34,7 +34,7 @@ from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
 from app.openai_compat.service import lethe_tools
 from app.runtime.blocks import Observation
 from app.sessions.service import SessionService
-from app.sessions.views import SessionConfig, TurnResult
+from app.sessions.values import SessionConfig, TurnResult
 
 Canonical = dict[str, Any]
 

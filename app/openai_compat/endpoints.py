@@ -213,7 +213,7 @@ async def create_response(
     _checked(body)
     run, skeleton, reply_id = await compat.create_response(principal.tenant_id, body)
     if body.stream:
-        started = await until_disconnect(http, sse.start(run, compat.sessions.chat()))
+        started = await until_disconnect(http, sse.start(run, await compat.sessions.chat()))
         return sse.respond(streaming.response_events(started, skeleton, reply_id), started)
     return await until_disconnect(http, run(None))
 
@@ -253,7 +253,7 @@ async def create_chat_completion(
     run, head = await chat.create(principal.tenant_id, body)
     session_header = {"Lethe-Session-Id": head["lethe_session_id"]}
     if body.stream:
-        started = await until_disconnect(http, sse.start(run, chat.sessions.chat()))
+        started = await until_disconnect(http, sse.start(run, await chat.sessions.chat()))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = sse.respond(streaming.chat_chunks(started, head, include_usage), started)
         response.headers.update(session_header)

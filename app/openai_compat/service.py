@@ -41,9 +41,9 @@ from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import ITEM_KINDS, item_of, items_of, observations, split_system
 from app.openai_compat.schemas import FunctionTool, ResponseCreate
 from app.runtime.blocks import Observation
-from app.runtime.tools import normalize as normalize_tools
+from app.runtime.tool_catalog import normalize as normalize_tools
 from app.sessions.service import SessionService
-from app.sessions.views import SessionConfig
+from app.sessions.values import SessionConfig
 
 
 def page(items: list[dict[str, Any]], *, after: str | None, limit: int, order: str) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The stateful agent runtime: one session is a deterministic transition system R_t = F(R_{t-1}, o_t).
 
-blocks.py renders observations to exact token spans, transition.py is F on the engine, context.py decides what a
-model call depends on, checkpoints.py what a boundary records, records.py what a transition writes. The service
-that commits transitions is app/sessions.
+step.py is F: the one function every path that advances a session calls (a turn, a compaction, a forget's replay or
+regeneration). It runs the session's policy turn half (full_turns.py, retrieval_turns.py) over the engine calls of
+transition.py and the tool loop of tool_loop.py, and computes what the transition writes: records.py (artifacts
+tiling the log, provenance edges decided by provenance.py) and checkpoints.py; writes.py is the one writer of what it
+computed. blocks.py renders observations to exact token spans. The service that commits transitions is app/sessions.
 """

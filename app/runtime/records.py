@@ -13,7 +13,7 @@ from typing import Any, Final
 from app.db.repositories.artifacts import LogEntry
 from app.ids import new_id
 from app.runtime.blocks import MODEL_KINDS, Block
-from app.runtime.context import ContextPolicy, Node, union_sources
+from app.runtime.provenance import Node, Provenance, union_sources
 from app.runtime.transition import Outcome, StoredLog
 
 Manifest = list[tuple[str, int, int]]
@@ -65,11 +65,11 @@ def records_for(
     log: Sequence[LogEntry],
     blocks: Sequence[Block],
     outcome: Outcome | None,
-    context_policy: ContextPolicy,
+    provenance: Provenance,
     keep_ids: Sequence[str | None] = (),
 ) -> TransitionRecords:
-    """`context_policy` decides a model output's parents: the session's (`policy_for(name)`), or one made for this
-    transition (a retrieval reply passes what it retrieved). `keep_ids[i]`, when given, is the id block i keeps: a
+    """`provenance` decides a model output's parents: the session policy's, or one made for this transition (a
+    retrieval reply passes what it retrieved). `keep_ids[i]`, when given, is the id block i keeps: a
     replay re-renders observations the forget did not touch under their original ids, so a client's references to
     them survive the rewrite."""
     position = log[-1].position + 1 if log else 0
@@ -83,7 +83,7 @@ def records_for(
         meta = dict(block.meta)
         committed = bool(meta.pop("committed", False))  # a consequential tool call whose side effect fired
         if block.kind in MODEL_KINDS:
-            parents = context_policy.reply_parents(prefix, added)
+            parents = provenance.reply_parents(prefix, added)
             sources = union_sources(parents)
             edges.extend(edge_row(session_id, p.id, artifact_id, turn) for p in parents)
             if outcome is not None and outcome.finish_reason is not None:

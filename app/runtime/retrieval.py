@@ -34,11 +34,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.repositories import artifact_search as search_repo
 from app.db.repositories.artifact_search import Neighbor
 from app.db.repositories.artifacts import LogEntry
+from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
+from app.engine.session_caches import SessionCaches
 from app.runtime.blocks import Block, Observation, assistant_block, render
 from app.runtime.compaction import SUMMARY_HEADER
-from app.runtime.handles import HandleRegistry
 from app.runtime.transition import Usage, check_room, use_salt
 
 # Kinds a reply can retrieve (and that therefore carry an embedding). Tool calls are not messages; the system prompt
@@ -94,13 +95,17 @@ def query_text(observations: Sequence[Block]) -> str:
     return "\n".join(b.content for b in observations if b.kind in CONTEXT_KINDS)
 
 
-async def embed_missing(tx: AsyncSession, embedder: Embedder, session_id: str) -> None:
+async def embed_missing(db: Database, embedder: Embedder, session_id: str) -> None:
     """Embed the session's live messages that have no vector yet (memory injected at creation, messages a forget
-    rewrote), so retrieval sees every message."""
-    missing = await search_repo.unembedded(tx, session_id, CONTEXT_KINDS)
-    if missing:
-        vectors = await embedder.embed([a.content for a in missing])
-        await search_repo.set_embeddings(tx, {a.id: v for a, v in zip(missing, vectors, strict=True)})
+    rewrote), so retrieval sees every message. The model runs between two short transactions, never inside one; the
+    caller holds the session's lease, so nothing else writes these rows meanwhile."""
+    async with db.transaction() as tx:
+        missing = [(a.id, a.content) for a in await search_repo.unembedded(tx, session_id, CONTEXT_KINDS)]
+    if not missing:
+        return
+    vectors = await embedder.embed([content for _, content in missing])
+    async with db.transaction() as tx:
+        await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=True)})
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ async def retrieve(
 
 async def respond(
     engine: KVEngine,
-    handles: HandleRegistry,
+    handles: SessionCaches,
     session_id: str,
     salt: str,
     preamble_tokens: list[int],
@@ -163,7 +168,7 @@ async def respond(
         try:
             await engine.crop(handle, len(preamble_tokens))  # between replies the cache holds the preamble only
         except Exception:
-            handles.pop(session_id)
+            await handles.drop(session_id)
     generated = generation.token_ids
     if generation.text != chat.decode(generated):  # a stop string cut the text: the store holds what it says
         generated = chat.encode(generation.text)
@@ -176,7 +181,7 @@ async def respond(
 
 async def summarize(
     engine: KVEngine,
-    handles: HandleRegistry,
+    handles: SessionCaches,
     session_id: str,
     salt: str,
     preamble_tokens: list[int],
@@ -194,10 +199,10 @@ async def summarize(
 
 
 async def _at_preamble(
-    engine: KVEngine, handles: HandleRegistry, session_id: str, salt: str, preamble_tokens: list[int]
+    engine: KVEngine, handles: SessionCaches, session_id: str, salt: str, preamble_tokens: list[int]
 ) -> tuple[CacheHandle, int]:
     """This process's handle for the session holding exactly the preamble; the tokens prefilled to get there."""
-    handle = handles.get(session_id)
+    handle = await handles.checkout(session_id)
     if handle is None:
         handle = await engine.open(session_id, salt=salt)
     else:
@@ -212,5 +217,5 @@ async def _at_preamble(
     prefilled = 0
     if common < len(preamble_tokens):
         prefilled = (await engine.prefill(handle, preamble_tokens[common:])).prefilled
-    handles.put(session_id, handle)
+    handles.keep(session_id, handle)
     return handle, prefilled

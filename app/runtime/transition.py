@@ -22,45 +22,22 @@ and the observations together, and its usage counts them. So there `closing_toke
 `prefill_tokens` counts them) and a transition without a reply computes nothing (`prefill_tokens` 0; its tokens are
 counted by the next request). Summed over a session, `prefill_tokens + closing_tokens` is what the engine computed.
 
-Engines with the `chunks` extension (hf) report the chunk sizes each transition added; the runtime stores them with
-the transition's last artifact (the *recipe*), so another process, or this one after an eviction, rebuilds a cache
-chunk for chunk instead of in one pass that would differ in the last bits.
+Engines that record chunks (hf: `records_chunks`) report the chunk sizes each transition added; the runtime stores
+them with the transition's last artifact (the *recipe*), so another process, or this one after an eviction, rebuilds
+a cache chunk for chunk instead of in one pass that would differ in the last bits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal
 
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
+from app.engine.sampling import transition_seed
 from app.engine.tokens import common_prefix
 from app.errors import PayloadTooLarge
 from app.runtime.blocks import Block, assistant_block
-
-
-@runtime_checkable
-class ChunkedEngine(Protocol):
-    """The optional extension of the hf engine: the chunk recipe of a handle, and `open` from a recipe."""
-
-    def chunks(self, handle: CacheHandle) -> list[int]: ...
-
-    async def open(
-        self,
-        session_key: str,
-        *,
-        salt: str | None = None,
-        tokens: list[int] | None = None,
-        chunks: list[int] | None = None,
-    ) -> CacheHandle: ...
-
-
-@runtime_checkable
-class SaltedEngine(Protocol):
-    """Engines whose handles share one prefix cache keyed by salt (vllm, vllm-remote): a handle moved to another
-    salt has nothing computed under it yet."""
-
-    def resalt(self, handle: CacheHandle, salt: str | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -103,19 +80,17 @@ def context_limit(engine: KVEngine) -> int | None:
 
 
 def recipe_of(engine: KVEngine, handle: CacheHandle) -> list[int] | None:
-    return engine.chunks(handle) if isinstance(engine, ChunkedEngine) else None
+    return engine.chunks(handle) if engine.records_chunks else None
 
 
 async def sync(engine: KVEngine, handle: CacheHandle | None, session_key: str, salt: str, log: StoredLog) -> Synced:
     """Bring `handle` (None: this process has none) to the stored log: crop what differs, prefill what is missing
     along the recipe's chunk boundaries, and leave the rest pending. Two processes on one database stay correct
     because the database, not a handle, is the truth; the cache only saves work when it agrees."""
-    chunked = isinstance(engine, ChunkedEngine)
     covered = sum(log.recipe)
-    recipe = log.recipe if chunked and 0 < covered <= len(log.tokens) else []
+    recipe = log.recipe if engine.records_chunks and 0 < covered <= len(log.tokens) else []
     if handle is None:
         if recipe:
-            assert isinstance(engine, ChunkedEngine)
             opened = await engine.open(session_key, salt=salt, tokens=log.tokens[:covered], chunks=list(recipe))
             return Synced(opened, log.tokens[covered:], 0)  # the engine rebuilds the recipe on the next call
         return Synced(await engine.open(session_key, salt=salt), list(log.tokens), 0)
@@ -136,12 +111,8 @@ def use_salt(engine: KVEngine, handle: CacheHandle, salt: str | None) -> None:
     """Move a handle to the session's current cache salt: a forget may have given the session a new one
     (runtime/salts.py). On a shared prefix cache nothing is computed under it yet, so the next request prefills the
     whole log; an engine without one (hf) keeps its cache as it is."""
-    if handle.salt == salt:
-        return
-    if isinstance(engine, SaltedEngine):
+    if handle.salt != salt:
         engine.resalt(handle, salt)
-    else:
-        handle.salt = salt
 
 
 def check_room(engine: KVEngine, log_tokens: int, new_tokens: int, generate: bool) -> int | None:
@@ -179,9 +150,6 @@ def sampling_for(config: Mapping[str, Any], turn: int, room: int | None) -> Samp
     """The sampling of transition `turn` under a session's stored sampling config: its seed derives from the session
     seed and the index (assumption A1), and `room` (check_room) caps max_tokens so the closed turn fits the context.
     A replay of the transition gets the same object, hence the same tokens."""
-    # Imported here: app.engine.sampling imports torch, which only the hf engine needs loaded.
-    from app.engine.sampling import transition_seed
-
     # A transition may carry its own sampling (`per_turn`, what an OpenAI-compatible request sets per response); it
     # is stored with the session, so a replay of the transition samples exactly as the original did.
     override = (config.get("per_turn") or {}).get(str(turn))

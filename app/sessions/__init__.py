@@ -1,7 +1,7 @@
 """Sessions: the service that creates sessions and commits their transitions R_t = F(R_{t-1}, o_t).
 
 service.py is the facade the routers and the forget service use; locking.py serializes the work on one session;
-turns.py orchestrates a transition (and a compaction); policies/ holds how a turn runs and how it compacts under each
-context policy (`full`, `retrieval`); views.py the values the facade returns. The transition machinery itself
-(rendering, the engine calls, the records a transition writes) is app/runtime.
+turns.py runs a transition (or a compaction) under the session's lease and commits it; values.py holds the values the
+facade takes and returns. The transition itself (the one function every path calls, the context policies' turn
+halves, the engine calls, the records a transition writes) is app/runtime; the policy objects are app/policies.py.
 """

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import secrets
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,8 +30,8 @@ from app.db.models import AgentSession
 from app.db.repositories import session_leases as leases_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
+from app.engine.session_caches import SessionCaches
 from app.errors import NotFound, SessionBusy
-from app.runtime.handles import HandleRegistry
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class SessionLocks:
     def __init__(
         self,
         db: Database,
-        handles: HandleRegistry,
+        handles: SessionCaches,
         timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         *,
         lease_s: float = DEFAULT_LEASE_S,
@@ -97,6 +98,14 @@ class SessionLocks:
         self.lease_s = lease_s
         self.on_wait = on_wait  # told +1 / -1 as a request starts and stops waiting for a session (a gauge)
         self.process = f"{os.getpid()}"
+        self._turn_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _turn_lock(self, session_id: str) -> asyncio.Lock:
+        """The in-process lock a session's requests queue on before they ask the database for its lease."""
+        lock = self._turn_locks.get(session_id)
+        if lock is None:
+            lock = self._turn_locks[session_id] = asyncio.Lock()
+        return lock
 
     @asynccontextmanager
     async def leased(
@@ -124,7 +133,7 @@ class SessionLocks:
             await require(tx, tenant_id, session_id)
         bound = self.timeout_s if timeout_s is None else timeout_s
         deadline = asyncio.get_running_loop().time() + bound
-        turn_lock = self.handles.turn_lock(session_id)
+        turn_lock = self._turn_lock(session_id)
         try:
             if turn_lock.locked():
                 async with self._waiting():
@@ -147,9 +156,11 @@ class SessionLocks:
             while True:
                 async with self.db.transaction() as tx:
                     row = await leases_repo.take(tx, tenant_id, session_id, owner, self.lease_s, status)
-                    if row is None and await sessions_repo.get(tx, tenant_id, session_id) is None:
-                        self._forget_handle_if_gone(await sessions_repo.tenant_of(tx, session_id), session_id)
-                        raise NotFound(f"no session {session_id!r}")
+                    gone = row is None and await sessions_repo.get(tx, tenant_id, session_id) is None
+                    tenant = await sessions_repo.tenant_of(tx, session_id) if gone else None
+                if gone:
+                    await self._forget_handle_if_gone(tenant, session_id)
+                    raise NotFound(f"no session {session_id!r}")
                 if row is not None:
                     return Lease(self.db, row, owner)
                 left = deadline - loop.time()
@@ -160,11 +171,11 @@ class SessionLocks:
                 await asyncio.sleep(min(pause, left))  # another process holds it: look again, backing off
                 pause = min(pause * 2, POLL_MAX_S)
 
-    def _forget_handle_if_gone(self, tenant: str | None, session_id: str) -> None:
+    async def _forget_handle_if_gone(self, tenant: str | None, session_id: str) -> None:
         # Deleted elsewhere: this process's handle is garbage now. Only then: a request naming another tenant's
         # session must leave everything of it alone, its cache handle included.
         if tenant is None:
-            self.handles.pop(session_id)
+            await self.handles.drop(session_id)
 
     async def _renew(self, lease: Lease) -> None:
         while not lease.lost:

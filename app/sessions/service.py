@@ -20,24 +20,23 @@ from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
+from app.engine.session_caches import SessionCaches
 from app.engine.slot import EngineSlot
-from app.errors import NotFound, NotReady
+from app.errors import Conflict, NotFound, NotReady
 from app.ids import new_id
 from app.memory.service import injectable_in
 from app.provenance import graph
-from app.runtime import checkpoints
 from app.runtime.blocks import Block, Observation, memory_observation, render
-from app.runtime.handles import HandleRegistry
-from app.runtime.records import records_for
-from app.runtime.tools import preamble as tool_preamble
+from app.runtime.step import Machinery, PolicyLookup, SessionState, TransitionInput, step
+from app.runtime.tool_catalog import preamble as tool_preamble
+from app.runtime.writes import write_step
 from app.sessions.locking import DEFAULT_LEASE_S, DEFAULT_LOCK_TIMEOUT_S, Lease, SessionLocks, require
-from app.sessions.policies import policy_of
 from app.sessions.turns import Transitions
-from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
-from app.sessions.writes import checkpoint_rows
+from app.sessions.values import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
 from app.tool_calls import ToolCall
 
 MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
+INJECTION_ATTEMPTS = 5  # renders of a namespace's records that a concurrent write can invalidate before 409
 
 
 class SessionService:
@@ -45,70 +44,78 @@ class SessionService:
         self,
         db: Database,
         engine: EngineSlot,
-        handles: HandleRegistry,
+        handles: SessionCaches,
+        embedder: Embedder,
+        policies: PolicyLookup,
         *,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         lease_s: float = DEFAULT_LEASE_S,
-        embedder: Embedder | None = None,
         on_wait: Callable[[int], None] | None = None,
     ) -> None:
         self.db = db
         self.slot = engine
         self.handles = handles
+        self.embedder = embedder  # the process's shared one: a new one would load the model again
+        self.policies = policies
         self.locks = SessionLocks(db, handles, lock_timeout_s, lease_s=lease_s, on_wait=on_wait)
-        # Pass the process's shared embedder: a new one loads the model again (only retrieval sessions use it).
-        self.transitions = Transitions(self.locks, handles, embedder or Embedder())
+        self.transitions = Transitions(self.locks, policies)
 
-    def chat(self) -> ChatTemplate:
+    async def chat(self) -> ChatTemplate:
         """The engine's chat template (503 while the model loads)."""
-        return self._engine().chat
+        return (await self._engine()).chat
 
-    def _engine(self) -> KVEngine:
-        if not self.slot.ready:
+    async def _engine(self) -> KVEngine:
+        if not await self.slot.available():
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
         return self.slot.engine
+
+    def _machinery(self, engine: KVEngine) -> Machinery:
+        return Machinery(engine, self.handles, self.embedder, self.db)
 
     # -- sessions -----------------------------------------------------------------------------------------------
 
     async def create(self, tenant_id: str, config: SessionConfig) -> SessionView:
         blocks: list[Block] = []
+        needs_engine = config.system_prompt is not None or bool(config.tools) or config.memory_namespace is not None
+        engine = await self._engine() if needs_engine else self.slot.engine
         if config.system_prompt is not None:
-            blocks.append(render(self._engine().chat, Observation("system", config.system_prompt)))
+            blocks.append(render(engine.chat, Observation("system", config.system_prompt)))
         if config.tools:
-            blocks.append(render(self._engine().chat, Observation("instruction", tool_preamble(config.tools))))
+            blocks.append(render(engine.chat, Observation("instruction", tool_preamble(config.tools))))
         session_id = new_id("ses")
-        async with self.db.transaction() as tx:
-            if config.memory_namespace is not None:
-                # Read in this transaction: a concurrent forget of a record either waits for this session (and its
-                # cascade then replays it) or lands first (and the record is not injected).
-                records = await injectable_in(tx, tenant_id, config.memory_namespace, limit=MAX_INJECTED)
-                chat = self._engine().chat
-                blocks.extend(
-                    render(chat, memory_observation(config.memory_namespace, r.key, r.version, r.value))
-                    for r in records
+        for _ in range(INJECTION_ATTEMPTS):
+            memory = await self._memory_blocks(tenant_id, config.memory_namespace, engine)
+            async with self.db.transaction() as tx:
+                if config.memory_namespace is not None:
+                    # Read again in this transaction, under a share lock: a concurrent forget of a record either waits
+                    # for this session (and its cascade then replays it) or lands first (and the record is not
+                    # injected). The blocks were rendered from the first read, outside any transaction; if a record
+                    # changed in between, render again.
+                    locked = await injectable_in(tx, tenant_id, config.memory_namespace, limit=MAX_INJECTED)
+                    rendered = [(b.meta["key"], int(b.meta["version"])) for b in memory]
+                    if [(r.key, r.version) for r in locked] != rendered:
+                        continue
+                row = await sessions_repo.create(
+                    tx, id=session_id, tenant_id=tenant_id, epoch=0, status="idle",
+                    system_prompt=config.system_prompt, memory_namespace=config.memory_namespace,
+                    context_policy=config.context_policy, checkpoint_policy=config.checkpoint_policy,
+                    retrieval=config.retrieval, tools=config.tools, sampling=config.sampling,
+                    compaction=config.compaction, turns=0,
+                    token_count=sum(len(b.token_ids) for b in [*blocks, *memory]),
                 )
-            row = await sessions_repo.create(
-                tx,
-                id=session_id,
-                tenant_id=tenant_id,
-                epoch=0,
-                status="idle",
-                system_prompt=config.system_prompt,
-                memory_namespace=config.memory_namespace,
-                context_policy=config.context_policy,
-                checkpoint_policy=config.checkpoint_policy,
-                retrieval=config.retrieval,
-                tools=config.tools,
-                sampling=config.sampling,
-                compaction=config.compaction,
-                turns=0,
-                token_count=sum(len(b.token_ids) for b in blocks),
-            )
-            start = records_for(tenant_id, session_id, 0, [], blocks, None, policy_of(row).context)
-            await artifacts_repo.insert_artifacts(tx, start.artifacts)
-            marks = checkpoints.at_session_start(row.checkpoint_policy, start.manifest_after)
-            await sessions_repo.add_checkpoints(tx, session_id, checkpoint_rows(marks))
-        return SessionView(row, "idle")
+                start = TransitionInput(0, [*blocks, *memory], generate=False)
+                done = await step(self._machinery(engine), row, self.policies.of(row), SessionState([], 0), start)
+                await write_step(tx, session_id, done)  # transition 0 runs no model: nothing is computed here
+            return SessionView(row, "idle")
+        raise Conflict(f"the memory namespace {config.memory_namespace!r} keeps changing; retry")
+
+    async def _memory_blocks(self, tenant_id: str, namespace: str | None, engine: KVEngine) -> list[Block]:
+        """The namespace's live records as memory blocks, rendered outside any transaction."""
+        if namespace is None:
+            return []
+        async with self.db.transaction() as tx:
+            records = await injectable_in(tx, tenant_id, namespace, limit=MAX_INJECTED)
+        return [render(engine.chat, memory_observation(namespace, r.key, r.version, r.value)) for r in records]
 
     async def get(self, tenant_id: str, session_id: str) -> SessionView:
         async with self.db.transaction() as tx:
@@ -135,7 +142,7 @@ class SessionService:
         # Under the session's lease: it waits out a turn in flight rather than racing it.
         async with self.locks.leased(tenant_id, session_id, "running") as lease, lease.commit() as (tx, _):
             await sessions_repo.delete_session(tx, tenant_id, session_id)
-        handle = self.handles.pop(session_id)
+        handle = await self.handles.drop(session_id)
         if handle is not None and self.slot.ready:
             await self.slot.engine.release(handle)
 
@@ -170,9 +177,9 @@ class SessionService:
         empty = not observations and not generate
         # An empty transition is bookkeeping only (what a forget leaves where an observation held only the target):
         # it needs no engine, so it works while the model loads.
-        engine = None if empty else self._engine()
+        engine = self.slot.engine if empty else await self._engine()
         return await self.transitions.turn(
-            engine, tenant_id, session_id, observations, generate, on_tokens,
+            self._machinery(engine), tenant_id, session_id, observations, generate, on_tokens,
             sampling=sampling, expect_turns=expect_turns, reply_id=reply_id,
         )
 
@@ -183,7 +190,8 @@ class SessionService:
         session's memory namespace as `summary.<session id>` with source `summarizer` and the summary's provenance,
         in the same transaction. Returns the session and the summary artifact's id."""
         row, summary_id = await self.transitions.compact(
-            self._engine(), tenant_id, session_id, keep_last_turns=keep_last_turns, write_back=write_back
+            self._machinery(await self._engine()), tenant_id, session_id, keep_last_turns=keep_last_turns,
+            write_back=write_back,
         )
         return SessionView(row, "idle"), summary_id
 

@@ -1,10 +1,10 @@
 """Committing transitions: one transition is one unit of work under the session's lease.
 
-Lease the session (locking.py), read the stored log, run F on the engine under the session's context policy
-(policies/) with no transaction open, then write its artifacts, provenance edges, checkpoints and the session's
-counters in one transaction that commits only while the lease is still this request's. The lease serializes turns on
-one session across every API process on the database; if the model call fails nothing is written and this process's
-cache handle is put back before the lease is released.
+Lease the session (locking.py), read the stored log, run the transition with the runtime's one transition function
+(runtime/step.py, under the session's policy object) with no transaction open, then write what it computed with the
+runtime's one writer (runtime/writes.py) and the session's counters in one transaction that commits only while the
+lease is still this request's. The lease serializes turns on one session across every API process on the database;
+if the model call fails nothing is written and the session's cache handle is put back before the lease is released.
 
 Transition 0 is the system block and the injected memory records, written at creation without an engine call (the
 first turn prefills them in a call of their own, and a replay does the same, see runtime/transition.py). Transition t
@@ -13,6 +13,8 @@ first turn prefills them in a call of their own, and a replay does the same, see
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,32 +25,29 @@ from app.db.models import AgentSession
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.repositories import tools as tools_repo
-from app.embeddings import Embedder
-from app.engine.protocol import KVEngine, TokenSink
+from app.engine.protocol import TokenSink
 from app.errors import Conflict, InvalidRequest
 from app.memory.service import write_summary_in
 from app.runtime.blocks import Observation, render
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
-from app.runtime.handles import HandleRegistry
-from app.runtime.records import TransitionRecords, records_for
-from app.runtime.transition import Usage
+from app.runtime.step import Compaction, Machinery, PolicyLookup, SessionState, Step, TransitionInput, step
+from app.runtime.tool_loop import ToolContext
+from app.runtime.writes import write_step
 from app.sessions.locking import Lease, SessionLocks
-from app.sessions.policies import policy_of
-from app.sessions.policies.base import Transition, TurnRun, Write
-from app.sessions.views import StaleHead, TurnResult
-from app.sessions.writes import write_transition
+from app.sessions.values import StaleHead, TurnResult
 from app.tool_calls import ToolCall
+
+log = logging.getLogger(__name__)
 
 
 class Transitions:
-    def __init__(self, locks: SessionLocks, handles: HandleRegistry, embedder: Embedder) -> None:
+    def __init__(self, locks: SessionLocks, policies: PolicyLookup) -> None:
         self.locks = locks
-        self.handles = handles
-        self.embedder = embedder
+        self.policies = policies
 
     async def turn(
         self,
-        engine: KVEngine | None,
+        m: Machinery,
         tenant_id: str,
         session_id: str,
         observations: Sequence[Observation],
@@ -59,83 +58,92 @@ class Transitions:
         expect_turns: int | None,
         reply_id: str | None,
     ) -> TurnResult:
-        """One transition (SessionService.turn); `engine` None: an empty transition, bookkeeping only."""
-        blocks = [] if engine is None else [render(engine.chat, o) for o in observations]
+        """One transition (SessionService.turn). An empty one (no observation, no reply) is bookkeeping only: it
+        never touches `m.engine`, so it works while the model loads."""
+        empty = not observations and not generate
+        blocks = [] if empty else [render(m.engine.chat, o) for o in observations]
         async with self.locks.leased(tenant_id, session_id, "running") as lease:
             row = lease.row
             if expect_turns is not None and row.turns != expect_turns:
                 raise StaleHead(f"session {session_id!r} moved on: {row.turns} transitions, expected {expect_turns}")
             turn = row.turns + 1
-            if sampling and engine is not None:
+            if sampling and not empty:
                 per_turn = {**(row.sampling.get("per_turn") or {}), str(turn): dict(sampling)}
                 row.sampling = {**row.sampling, "per_turn": per_turn}  # what this transition samples with
             async with lease.reads() as tx:
                 answered = await _check_tool_results(tx, row, observations)
-                log = await artifacts_repo.load_log(tx, session_id)
-            policy = policy_of(row)
-            run = None
-            write: Write
-            if engine is None:
-                records = records_for(tenant_id, session_id, turn, log, [], None, policy.context)
-
-                async def write_empty(tx: AsyncSession, locked: AgentSession) -> None:
-                    await write_transition(tx, locked, turn, records)
-
-                write = write_empty
-            else:
-                t = Transition(lease.db, row, turn, log, engine, self.handles, self.embedder)
-                run = await policy.run_turn(t, blocks, generate, on_tokens, reply_id)
-                records, write = run.records, run.write
-            async with self._committing(lease) as (tx, locked):
+                state = await _state(tx, row)
+                tools = None if empty else await _tool_context(tx, row)
+            t = TransitionInput(turn, blocks, generate, reply_id=reply_id, tools=tools)
+            done = await step(m, row, self.policies.of(row), state, t, on_tokens)
+            async with self._committing(m, lease) as (tx, locked):
                 if row.sampling != locked.sampling:
                     await sessions_repo.set_sampling(tx, locked.id, row.sampling)
-                await write(tx, locked)
+                await _write(tx, locked, done)
                 await _commit_client_calls(tx, locked, answered)
-            if engine is not None:
-                await self._auto_compact(lease, engine)
-        return _result(turn, lease.row.epoch, records, run)
+            if not empty:
+                await self._compact_after(lease, m)
+        return _result(lease.row.epoch, done)
 
     async def compact(
-        self, engine: KVEngine, tenant_id: str, session_id: str, *, keep_last_turns: int, write_back: bool
+        self, m: Machinery, tenant_id: str, session_id: str, *, keep_last_turns: int, write_back: bool
     ) -> tuple[AgentSession, str]:
         """A compaction transition (SessionService.compact): the session row after it, and the summary's id."""
         async with self.locks.leased(tenant_id, session_id, "running") as lease:
-            summary_id = await self._compact_leased(lease, engine, keep_last_turns, write_back)
+            summary_id = await self._compact_leased(lease, m, keep_last_turns, write_back)
         return lease.row, summary_id
 
-    async def _compact_leased(self, lease: Lease, engine: KVEngine, keep_last_turns: int, write_back: bool) -> str:
+    async def _compact_leased(self, lease: Lease, m: Machinery, keep_last_turns: int, write_back: bool) -> str:
         """The compaction transition, under the caller's lease."""
         row = lease.row
         if write_back and row.memory_namespace is None:
             raise Conflict("write_back needs the session's memory_namespace")
         async with lease.reads() as tx:
-            log = await artifacts_repo.load_log(tx, row.id)
+            state = await _state(tx, row)
             live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         split_older(live, keep_last_turns)  # 409 before any model work: nothing to compact
-        t = Transition(lease.db, row, row.turns + 1, log, engine, self.handles, self.embedder)
-        summary = await policy_of(row).compact(t, live, keep_last_turns)
-        async with self._committing(lease) as (tx, locked):
-            await summary.write(tx, locked)
+        t = TransitionInput(row.turns + 1, compaction=Compaction(keep_last_turns, live))
+        done = await step(m, row, self.policies.of(row), state, t)
+        assert done.summary is not None
+        summary_id, summary = done.summary
+        async with self._committing(m, lease) as (tx, locked):
+            await _write(tx, locked, done)
             if write_back:
                 assert locked.memory_namespace is not None
                 await write_summary_in(
-                    tx, locked.tenant_id, locked.memory_namespace, f"summary.{locked.id}", summary.text,
-                    {"session_id": locked.id, "artifact_id": summary.artifact_id},
+                    tx, locked.tenant_id, locked.memory_namespace, f"summary.{locked.id}", summary,
+                    {"session_id": locked.id, "artifact_id": summary_id},
                 )
-        return summary.artifact_id
+        return summary_id
 
     @asynccontextmanager
-    async def _committing(self, lease: Lease) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
-        """The lease's commit; if it does not happen, this process's cache handle may be ahead of the database
-        (it holds the transition's tokens), so it is dropped and the next turn rebuilds it."""
+    async def _committing(self, m: Machinery, lease: Lease) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
+        """The lease's commit; if it does not happen, the session's cache handle may be ahead of the database (it
+        holds the transition's tokens), so it is dropped and the next turn rebuilds it."""
         try:
             async with lease.commit() as held:
                 yield held
         except BaseException:
-            self.handles.pop(lease.row.id)
+            await m.handles.drop(lease.row.id)
             raise
 
-    async def _auto_compact(self, lease: Lease, engine: KVEngine) -> None:
+    async def _compact_after(self, lease: Lease, m: Machinery) -> None:
+        """The turn is committed: its auto-compaction (housekeeping under the same lease) must not change how the
+        turn is answered. A client hanging up meanwhile does not cancel it (the turn happened: its request ends as
+        a success, not 499), and a compaction that fails leaves the turn answered (the next turn tries again)."""
+        compaction = asyncio.ensure_future(self._auto_compact(lease, m))
+        try:
+            try:
+                await asyncio.shield(compaction)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                await compaction  # to its end; a second cancellation (a shutdown) is not swallowed
+        except Exception:
+            log.exception("auto-compaction failed after a committed turn", extra={"session_id": lease.row.id})
+
+    async def _auto_compact(self, lease: Lease, m: Machinery) -> None:
         """Over the session's token budget (`compaction.max_tokens`), compact as the next transition, under the
         same lease."""
         row = lease.row
@@ -150,7 +158,30 @@ class Transitions:
             split_older(live, keep)
         except Conflict:
             return  # everything left is kept: nothing older to fold in yet
-        await self._compact_leased(lease, engine, keep, bool(config.get("write_back")))
+        await self._compact_leased(lease, m, keep, bool(config.get("write_back")))
+
+
+async def _state(tx: AsyncSession, row: AgentSession) -> SessionState:
+    """The session's live prompt as stored: where its next transition starts."""
+    log = await artifacts_repo.load_log(tx, row.id)
+    return SessionState(log, await artifacts_repo.max_position(tx, row.id) + 1)
+
+
+async def _tool_context(tx: AsyncSession, row: AgentSession) -> ToolContext | None:
+    if not row.tools:
+        return None
+    _, env = await tools_repo.environment(tx, row.id)
+    fired = await tools_repo.fired(tx, row.id)
+    return ToolContext(row.id, row.tools, env, fired, frozenset(row.flagged_sources))
+
+
+async def _write(tx: AsyncSession, locked: AgentSession, done: Step) -> None:
+    """A committed transition: what it computed, its checkpoints' tool environments, the session's counters."""
+    await write_step(tx, locked.id, done)
+    if locked.tools:
+        await tools_repo.link_checkpoints(tx, locked.id, done.turn - 1)
+    await sessions_repo.record_transition(tx, locked.id, turns=done.turn, token_count=done.records.token_count)
+    locked.turns, locked.token_count = done.turn, done.records.token_count
 
 
 async def _check_tool_results(tx: AsyncSession, row: AgentSession, observations: Sequence[Observation]) -> list[str]:
@@ -180,15 +211,15 @@ async def _commit_client_calls(tx: AsyncSession, row: AgentSession, answered: li
         await tools_repo.record_fired(tx, row.id, calls)
 
 
-def _result(turn: int, epoch: int, records: TransitionRecords, run: TurnRun | None) -> TurnResult:
-    reply = records.reply
+def _result(epoch: int, done: Step) -> TurnResult:
+    reply = done.reply
     return TurnResult(
-        turn=turn,
+        turn=done.turn,
         epoch=epoch,
-        input_ids=records.input_ids,
+        input_ids=done.records.input_ids,
         reply_id=None if reply is None else reply["id"],
         reply_content=None if reply is None else reply["content"],
-        usage=Usage(0, 0, 0, 0, 0) if run is None else run.outcome.usage,
-        finish_reason=None if run is None else run.outcome.finish_reason,
-        tool_calls=[] if run is None else run.step.calls,
+        usage=done.usage,
+        finish_reason=done.finish_reason,
+        tool_calls=done.tools.calls,
     )

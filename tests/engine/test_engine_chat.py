@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 
 from app.engine.chat import ChatMLTemplate
 from app.engine.hf import HFEngine
+from app.engine.model_store import resolve_model
 from app.engine.protocol import ChatTemplate
+from tests.support import MODEL_CACHE
 
 MESSAGES = [
     {"role": "system", "content": "You are a careful assistant."},
@@ -21,8 +26,18 @@ def template(engine: HFEngine) -> ChatMLTemplate:
     return chat
 
 
+@functools.cache
+def _reference_tokenizer() -> Any:
+    """transformers' own tokenizer of the model, with the model's chat template: the reference blocks must equal."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(resolve_model(None, MODEL_CACHE).path), local_files_only=True)
+
+
 def hf_template_ids(chat: ChatMLTemplate, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-    encoded = chat._tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
+    encoded = _reference_tokenizer().apply_chat_template(
+        messages, add_generation_prompt=generation_prompt, tokenize=True
+    )
     ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
     return [int(i) for i in ids]
 
@@ -54,7 +69,7 @@ def test_no_bos_and_round_trip(engine: HFEngine) -> None:
     text = "Hello, world!  Ünïcödé\n"
     ids = chat.encode(text)
     assert chat.decode(ids) == text
-    bos = chat._tokenizer.bos_token_id
+    bos = _reference_tokenizer().bos_token_id
     assert bos is None or bos not in ids
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from app.engine.protocol import Sampling
-from app.engine.sampling import find_stop, make_generator, sample_token, transition_seed, validate
+from app.engine.sampling import find_stop, transition_seed, validate
+from app.engine.torch_sampling import make_generator, sample_token
 
 
 def test_transition_seed_is_pinned() -> None:

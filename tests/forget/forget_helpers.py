@@ -43,10 +43,13 @@ def artifacts(client: httpx.Client, session_id: str) -> list[dict[str, Any]]:
     return items
 
 
-def shape(items: list[dict[str, Any]]) -> list[tuple[str, int, str, list[int]]]:
-    """What must equal between a forgotten session and its counterfactual: kind, transition, content and span of
-    every artifact (ids differ: the counterfactual is another session)."""
-    return [(a["kind"], a["turn"], a["content"], a["token_span"]) for a in items]
+def shape(items: list[dict[str, Any]], database_url: str) -> list[tuple[str, int, str, list[int], list[int]]]:
+    """What must equal between a forgotten session and its counterfactual, token for token: kind, transition,
+    content, span and token ids of every artifact (ids differ: the counterfactual is another session). The API does
+    not show token ids, so they are read from the table."""
+    rows = sql(database_url, "SELECT id, token_ids FROM artifacts WHERE id = ANY($1::text[])", [a["id"] for a in items])
+    tokens = {r["id"]: list(r["token_ids"]) for r in rows}
+    return [(a["kind"], a["turn"], a["content"], a["token_span"], tokens[a["id"]]) for a in items]
 
 
 def assert_tiles(items: list[dict[str, Any]]) -> None:

@@ -134,13 +134,15 @@ def test_a_model_output_cannot_be_replayed_away_but_delete_dependents_removes_it
     assert job["sessions"][0]["tokens"]["decoded"] == 0
 
 
-def test_full_reset_reaches_the_same_state_without_reusing_anything(client: httpx.Client) -> None:
+def test_full_reset_reaches_the_same_state_without_reusing_anything(
+    client: httpx.Client, database_url: str
+) -> None:
     a_id, a_ids = run_script(client, SCRIPT, FAST)
     b_id, b_ids = run_script(client, SCRIPT, FAST)
     replay = forget(client, {"artifact_id": a_ids[1][0]}, wait=True)
     reset = forget(client, {"artifact_id": b_ids[1][0]}, strategy="full_reset", wait=True)
     assert replay["status"] == reset["status"] == "succeeded"
-    assert shape(artifacts(client, a_id)) == shape(artifacts(client, b_id))
+    assert shape(artifacts(client, a_id), database_url) == shape(artifacts(client, b_id), database_url)
     r, f = replay["sessions"][0], reset["sessions"][0]
     assert f["tokens"]["reused"] == 0 and f["checkpoint"] is None and f["transitions_replayed"] == 3
     assert r["tokens"]["reused"] > 0 and r["transitions_replayed"] == 2

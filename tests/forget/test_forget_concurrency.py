@@ -68,11 +68,11 @@ def test_a_turn_during_a_forget_waits_and_applies_to_the_new_state(
 
     reference_id, _ = run_script(client, [*COUNTERFACTUAL, [user("Thanks, bye!")]], SAMPLING)
     after = artifacts(client, session_id)
-    assert shape(after) == shape(artifacts(client, reference_id))
+    assert shape(after, database_url) == shape(artifacts(client, reference_id), database_url)
     assert not [a for a in after if SECRET in a["content"]]
 
 
-def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
+def test_two_forgets_on_one_session_serialize(client: httpx.Client, database_url: str) -> None:
     session_id, ids = run_script(client, SCRIPT, SAMPLING)
     first = forget(client, {"artifact_id": ids[0][0]})
     second = forget(client, {"artifact_id": ids[2][0]})
@@ -82,7 +82,7 @@ def test_two_forgets_on_one_session_serialize(client: httpx.Client) -> None:
     assert done["sessions"][0]["epoch_before"] == 1 and done["sessions"][0]["epoch_after"] == 2
     reference_id, _ = run_script(client, [[], SCRIPT[1], [], SCRIPT[3]], SAMPLING)
     after = artifacts(client, session_id)
-    assert shape(after) == shape(artifacts(client, reference_id))
+    assert shape(after, database_url) == shape(artifacts(client, reference_id), database_url)
     assert_tiles(after)
 
 
@@ -124,7 +124,7 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
             assert attempts == 2
             after = artifacts(survivor, session_id)
             reference_id, _ = run_script(survivor, COUNTERFACTUAL, SAMPLING)
-            assert shape(after) == shape(artifacts(survivor, reference_id))
+            assert shape(after, database_url) == shape(artifacts(survivor, reference_id), database_url)
             assert_tiles(after)
             assert survivor.get(f"/v1/sessions/{session_id}").json()["epoch"] == 1
             post_turn(survivor, session_id, [user("And the weather?")])

@@ -84,7 +84,7 @@ def test_artifact_target_equals_the_session_that_never_saw_it(
     after = artifacts(client, session_id)
     counterfactual = [t if i != 2 else [] for i, t in enumerate(ADDRESS_SCRIPT)]
     reference_id, _ = run_script(client, counterfactual, sampling)
-    assert shape(after) == shape(artifacts(client, reference_id))
+    assert shape(after, database_url) == shape(artifacts(client, reference_id), database_url)
     assert_tiles(after)
     # untouched observations keep their ids; the target is gone, not flagged
     kept = {a["id"] for a in after}
@@ -126,7 +126,7 @@ def test_text_span_inside_a_document_is_removed_and_nothing_else(
         BILL_SCRIPT[2],
     ]
     reference_id, _ = run_script(client, counterfactual, sampling)
-    assert shape(after) == shape(artifacts(client, reference_id))
+    assert shape(after, database_url) == shape(artifacts(client, reference_id), database_url)
     assert_tiles(after)
     document = next(a for a in after if a["kind"] == "document")
     assert document["content"] == BILL.replace(IBAN, "") and document["source"] == "file://bill.txt"
@@ -145,7 +145,9 @@ def test_text_span_inside_a_document_is_removed_and_nothing_else(
 
 
 @pytest.mark.parametrize("policy", ["session_start", "before_injections"])
-def test_coarser_checkpoints_are_as_exact_and_replay_more(client: httpx.Client, policy: str) -> None:
+def test_coarser_checkpoints_are_as_exact_and_replay_more(
+    client: httpx.Client, database_url: str, policy: str
+) -> None:
     """The paper's granularity ablation: restoring an earlier boundary re-prefills the clean gap along its recorded
     chunks and replays the rest: the same state, more transitions recomputed."""
     session_id, ids = run_script(client, ADDRESS_SCRIPT, GREEDY, checkpoint_policy=policy)
@@ -154,7 +156,7 @@ def test_coarser_checkpoints_are_as_exact_and_replay_more(client: httpx.Client, 
     counterfactual = [t if i != 2 else [] for i, t in enumerate(ADDRESS_SCRIPT)]
     reference_id, _ = run_script(client, counterfactual, GREEDY, checkpoint_policy=policy)
     after = artifacts(client, session_id)
-    assert shape(after) == shape(artifacts(client, reference_id))
+    assert shape(after, database_url) == shape(artifacts(client, reference_id), database_url)
     receipt = job["sessions"][0]
     if policy == "session_start":
         assert receipt["checkpoint"]["turn"] == 0 and receipt["transitions_replayed"] == 5

@@ -123,10 +123,12 @@ def test_an_identical_consequential_call_reuses_its_result_and_never_fires_again
     state = sql(database_url, "SELECT turn, state FROM env_snapshots WHERE session_id = $1", session_id)
     assert [(r["turn"], json.loads(r["state"])["bank"]["balance"]) for r in state] == [(1, 995.0)]
     reference, _ = session(client, [script[0], []])
-    assert shape(after) == shape(artifacts(client, reference))
+    assert shape(after, database_url) == shape(artifacts(client, reference), database_url)
 
 
-def test_a_new_client_call_in_the_counterfactual_waits_for_the_client(client: httpx.Client) -> None:
+def test_a_new_client_call_in_the_counterfactual_waits_for_the_client(
+    client: httpx.Client, database_url: str
+) -> None:
     session_id, _ = session(client, [[copy("lookup_contact", {"name": "Bob"})]])
     call = client.get(f"/v1/sessions/{session_id}").json()["pending_tool_calls"][0]
     r = client.post(f"/v1/sessions/{session_id}/turns", json={
@@ -152,7 +154,7 @@ def test_a_new_client_call_in_the_counterfactual_waits_for_the_client(client: ht
     client.post(f"/v1/sessions/{reference}/turns", json={
         "inputs": [{"type": "tool_result", "tool_call_id": reference_call["id"], "content": "unknown"}]})
     after = artifacts(client, session_id)
-    assert shape(after) == shape(artifacts(client, reference))
+    assert shape(after, database_url) == shape(artifacts(client, reference), database_url)
     assert not [a for a in after if "Bob" in a["content"]]
 
 

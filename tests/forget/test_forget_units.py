@@ -12,8 +12,8 @@ from app.forget.closure import closure_of, restore_point
 from app.forget.cost import compute_cost
 from app.forget.locate import Target, locate_in
 from app.runtime.checkpoints import manifest_sha256
-from app.runtime.tooling import ReplayTools, ToolContext, ToolStep, _answer
-from app.runtime.tools import call_id, execute_builtin, normalize, parse_calls
+from app.runtime.tool_catalog import call_id, execute_builtin, normalize, parse_calls
+from app.runtime.tool_loop import ReplayTools, ToolContext, ToolStep, _answer
 from app.tool_calls import INITIAL_STATE, ToolCall
 
 

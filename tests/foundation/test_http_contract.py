@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from tests.support import BOOTSTRAP_KEY
 
@@ -49,8 +54,10 @@ def test_every_v1_route_requires_auth(live_server: object, anon: httpx.Client) -
 
 
 def test_valid_key_passes_auth(client: httpx.Client) -> None:
+    """Past authentication, the route itself answers: an unknown job is its 404 problem (not 401, and not a 500
+    that `!= 401` would have let pass)."""
     response = client.get("/v1/forget/fgt_unknown")
-    assert response.status_code != 401
+    assert assert_problem(response, 404)["type"] == "https://lethe.dev/problems/not-found"
 
 
 def test_validation_error_is_422_problem_without_echoing_input(client: httpx.Client) -> None:
@@ -87,6 +94,28 @@ def test_body_over_limit_is_413_declared_and_streamed(client: httpx.Client) -> N
     # No Content-Length: the limit must hold on the bytes actually received.
     response = client.post("/v1/sessions", content=chunks(), headers={"Content-Type": "application/json"})  # type: ignore[arg-type]
     assert_problem(response, 413)
+
+
+@pytest.mark.parametrize("method, path", [("PUT", "/v1/memory/limits/k"), ("POST", "/v1/sessions")])
+def test_a_body_just_over_the_limit_is_read_before_the_413(live_server: Any, method: str, path: str) -> None:
+    """The server reads the whole (bounded) body before it answers, so a client still sending gets the 413, not a
+    reset: no answer is readable on the socket until the last byte was sent."""
+    body = json.dumps({"value": "x" * (1_048_576 + 100)}).encode()
+    url = urlsplit(live_server.base_url)
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {BOOTSTRAP_KEY}\r\n"
+            f"Content-Type: application/json\r\nIf-None-Match: *\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((url.hostname, url.port), timeout=120) as sock:
+        sock.sendall(head)
+        for start in range(0, len(body), 65536):
+            readable, _, _ = select.select([sock], [], [], 0)
+            assert not readable, f"the server answered (or closed) after {start} of {len(body)} bytes"
+            sock.sendall(body[start:start + 65536])
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed before answering: {answer!r}"
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
 def test_request_id_is_echoed_or_generated(client: httpx.Client) -> None:

@@ -7,7 +7,7 @@ Layers, bottom to top (a module may import its own layer and any layer below it)
     2  engine (the only package that knows tokens and caches), memory, tenants
     3  runtime (one transition's mechanics)
     4  sessions (the session service: turns, compaction, locking)
-    5  forget
+    5  forget, policies (the context policy objects: their turn, forget and provenance halves, one registry)
     6  webhooks
     7  api, openai_compat, console, container (HTTP and the composition root)
     8  main, cli, serving (the processes), openapi_spec
@@ -31,7 +31,7 @@ LAYERS: dict[str, int] = {
     "app.engine": 2, "app.memory": 2, "app.tenants": 2,
     "app.runtime": 3,
     "app.sessions": 4,
-    "app.forget": 5,
+    "app.forget": 5, "app.policies": 5,
     "app.webhooks": 6,
     "app.api": 7, "app.openai_compat": 7, "app.console": 7, "app.container": 7,
     "app.main": 8, "app.cli": 8, "app.serving": 8, "app.openapi_spec": 8, "app.__main__": 8,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from app.main import create_app
@@ -39,9 +40,16 @@ def test_every_api_md_path_is_served_and_documented() -> None:
 
 
 def test_api_md_paths_are_the_ones_the_contract_lists() -> None:
-    api_md = ROOT.parent / "shared" / "API.md"
-    if not api_md.exists():  # a clone without the shared folder beside it still has the list above
-        return
-    mentioned = set(re.findall(r"`(?:GET|POST|PUT|DELETE) (/[^`\s]+)`", api_md.read_text()))
+    """The contract's copy in docs/API.md (committed, so every clone checks it) names no path the list above lacks."""
+    mentioned = set(re.findall(r"`(?:GET|POST|PUT|DELETE) (/[^`\s]+)`", (ROOT / "docs" / "API.md").read_text()))
+    assert mentioned, "docs/API.md names no path: the pattern above no longer matches it"
     missing = [p for p in mentioned if _norm(p) not in {_norm(q) for q in API_PATHS}]
     assert not missing, f"API.md names paths this test does not check: {missing}"
+
+
+def test_the_committed_contract_is_the_shared_one() -> None:
+    shared = ROOT.parent / "shared" / "API.md"
+    if not shared.exists():
+        pytest.skip("no ../shared/API.md beside this clone (CI's clone, a user's): the copy in docs/API.md is what "
+                    "the other tests check, and this one compares it with the team's whenever both are present")
+    assert (ROOT / "docs" / "API.md").read_text() == shared.read_text(), "copy ../shared/API.md to docs/API.md"

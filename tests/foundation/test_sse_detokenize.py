@@ -8,10 +8,9 @@ import os
 
 import pytest
 
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.detokenize import INCOMPLETE, IncrementalDetokenizer
 from app.engine.model_store import resolve_model
-from app.engine.vllm_common import load_chat_template
 from tests.support import MODEL_CACHE
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

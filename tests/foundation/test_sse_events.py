@@ -17,10 +17,9 @@ from pydantic import BaseModel
 
 from app.api.problems import problem
 from app.api.sse import respond, start, stream_turn
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import resolve_model
 from app.engine.protocol import TokenSink
-from app.engine.vllm_local import load_chat_template
 from app.errors import Conflict
 from app.openai_compat.streaming import chat_chunks
 from tests.support import MODEL_CACHE

@@ -157,9 +157,12 @@ def test_error_mapping_of_statuses_the_memory_api_does_not_answer() -> None:
 
 
 def test_session_and_forget_job_methods_reach_their_paths(lethe: LetheClient) -> None:
-    """Those endpoints belong to later issues: until then they answer 501, which the client raises as ServerError."""
-    calls = [
-        lambda: lethe.create_session(system_prompt="hi"),
+    """Each session and forget-job method reaches its route: a session is created and read back, and an unknown id
+    answers the route's own 404, raised as NotFound."""
+    created = lethe.create_session(system_prompt="hi", sampling={"max_tokens": 2})
+    assert created["id"].startswith("ses_") and lethe.get_session(created["id"])["id"] == created["id"]
+    assert [a["kind"] for a in lethe.list_artifacts(created["id"])] == ["system"]
+    unknown = [
         lambda: lethe.get_session("ses_unknown"),
         lambda: lethe.post_turn("ses_unknown", [{"type": "user", "content": "hi"}]),
         lambda: lethe.list_artifacts("ses_unknown"),
@@ -167,11 +170,10 @@ def test_session_and_forget_job_methods_reach_their_paths(lethe: LetheClient) ->
         lambda: lethe.get_forget("fgt_unknown"),
         lambda: lethe.wait_forget("fgt_unknown", timeout_s=1, interval=0.01),
     ]
-    for call in calls:
-        try:
+    for call in unknown:
+        with pytest.raises(NotFound) as raised:
             call()
-        except (ServerError, NotFound) as error:  # 501 today; 404 for unknown ids once built
-            assert error.status in (404, 501)
+        assert raised.value.status == 404
 
 
 async def test_async_client(live_server: Any, api_key: str, ns: str) -> None:
@@ -191,5 +193,5 @@ async def test_async_client(live_server: Any, api_key: str, ns: str) -> None:
         assert items[0].status == 200
         assert (await lethe.list(ns)).keys == ["k"]
         assert [h.value for h in await lethe.history(ns, "k")] == [None, None, None, "v4", "v5"]
-        with pytest.raises((ServerError, NotFound)):  # 501 until forget jobs exist, then 404 for an unknown id
+        with pytest.raises(NotFound):
             await lethe.get_forget("fgt_unknown")

@@ -12,9 +12,8 @@ import pytest
 from app.api.deps import ContainerDep
 from app.openai_compat.endpoints import get_compat
 from app.openai_compat.service import CompatService
-from app.sessions.service import SessionService
 from tests.openai_compat.conftest import sdk
-from tests.support import held_session
+from tests.support import held_session, rewired
 
 LiveServer = Any
 
@@ -102,8 +101,8 @@ def short_lock_bound(live_server: LiveServer) -> Iterator[None]:
     """The compatible routes with a 0.3 s bound on waiting for a held session (the default outlasts a slow turn)."""
 
     def compat(container: ContainerDep) -> CompatService:
-        sessions = SessionService(container.db, container.engine, container.handles, lock_timeout_s=0.3)
-        return CompatService(container.db, container.engine, sessions, container.services.forget)
+        compat: CompatService = rewired(container, session_lock_timeout_s=0.3).services.conversations
+        return compat
 
     overrides = live_server.app.dependency_overrides
     overrides[get_compat] = compat

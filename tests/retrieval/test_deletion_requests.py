@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.forget.requests import DeletionRequest, parse
+from app.forget.plain_words import DeletionRequest, parse
 from tests.forget.forget_helpers import artifacts, forget, run_script, tables_holding, user, wait_job
 from tests.retrieval.retrieval_helpers import PERSONA, retrieval_session, say
 from tests.support import problem

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from app.embeddings import Embedder
+from app.embeddings import MiniLMEmbedder
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
 from tests.support import HeldLock, lethe_serve, problem, sql, wait_waiting
@@ -51,7 +51,9 @@ def test_delete_dependents_removes_the_message_and_only_what_saw_it(client: http
     assert tables_holding(database_url, "live in Paris", within=session_id) == []
 
 
-def test_selective_replay_equals_the_session_that_never_saw_the_message(client: httpx.Client) -> None:
+def test_selective_replay_equals_the_session_that_never_saw_the_message(
+    client: httpx.Client, database_url: str
+) -> None:
     """Regenerating Dep(M) (and what would now retrieve otherwise) gives the counterfactual session, and equals a
     full reset; the replies that never saw M keep their ids."""
     contaminated, ids = retrieval_session(client, PERSONA, top_k=2)
@@ -68,9 +70,9 @@ def test_selective_replay_equals_the_session_that_never_saw_the_message(client: 
     full = forget(client, {"artifact_id": paris_in_reset}, strategy="full_reset", wait=True)
     assert full["status"] == "succeeded", full
 
-    expected = shape(artifacts(client, clean))
-    assert shape(artifacts(client, contaminated)) == expected
-    assert shape(artifacts(client, reset)) == expected
+    expected = shape(artifacts(client, clean), database_url)
+    assert shape(artifacts(client, contaminated), database_url) == expected
+    assert shape(artifacts(client, reset), database_url) == expected
     items = artifacts(client, contaminated)
     live = {a["id"] for a in items}
     assert ids["music.reply"] in live and ids["home.reply"] not in live and ids["paris.reply"] not in live
@@ -110,7 +112,7 @@ def test_semantic_deletion_baseline_deletes_by_similarity_alone(client: httpx.Cl
     session_id, ids = retrieval_session(client, PERSONA, top_k=2)
     before = [a for a in artifacts(client, session_id) if a["kind"] != "system"]
     query = "I live in Paris"
-    vectors = asyncio.run(Embedder().embed([query, *(a["content"] for a in before)]))
+    vectors = asyncio.run(MiniLMEmbedder().embed([query, *(a["content"] for a in before)]))
     scores = [sum(x * y for x, y in zip(v, vectors[0], strict=True)) for v in vectors[1:]]
     similar = {a["id"] for a, score in zip(before, scores, strict=True) if score >= 0.6}
     job = forget(client, {"session_id": session_id, "query": query, "min_similarity": 0.6},

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from app.engine.protocol import KVEngine
-from app.runtime.handles import HandleRegistry
+from app.engine.session_caches import LocalSessionCaches
 
 LiveServer = Any  # tests/conftest.py's class; fixtures are not imported from a conftest
 
 
 @pytest.fixture
-def server_handles(live_server: LiveServer) -> HandleRegistry:
-    handles: HandleRegistry = live_server.app.state.container.handles
+def server_handles(live_server: LiveServer) -> LocalSessionCaches:
+    handles: LocalSessionCaches = live_server.app.state.container.handles
     return handles
 
 

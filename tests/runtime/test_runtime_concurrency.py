@@ -17,7 +17,7 @@ from app.engine.protocol import CacheHandle
 from app.sessions.service import SessionService
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import BOOTSTRAP_KEY, held_session, problem
+from tests.support import BOOTSTRAP_KEY, held_session, problem, rewired
 
 
 def test_concurrent_turns_on_one_session_never_interleave(client: httpx.Client, live_server: LiveServer) -> None:
@@ -46,8 +46,8 @@ def short_lock_bound(live_server: LiveServer) -> Iterator[None]:
     """The live app with a 0.3 s bound on waiting for a held session (the default outlasts a slow turn)."""
 
     def sessions(container: ContainerDep) -> SessionService:
-        return SessionService(container.db, container.engine, container.handles,
-                              lock_timeout_s=0.3)
+        sessions: SessionService = rewired(container, session_lock_timeout_s=0.3).services.sessions
+        return sessions
 
     overrides = live_server.app.dependency_overrides
     overrides[get_sessions] = sessions

@@ -14,8 +14,8 @@ import pytest
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.session import Database
 from app.engine.protocol import CacheHandle, KVEngine
+from app.engine.session_caches import LocalSessionCaches
 from app.runtime.blocks import Observation, render
-from app.runtime.handles import HandleRegistry
 from app.runtime.records import stored_log
 from app.runtime.transition import StoredLog, Synced, advance, check_room, sampling_for, sync
 from tests.conftest import LiveServer, make_settings
@@ -59,7 +59,7 @@ def test_checkpoints_follow_the_policy(client: httpx.Client, database_url: str) 
 
 
 def test_delete_purges_rows_and_the_cache_handle(client: httpx.Client, database_url: str,
-                                                 server_handles: HandleRegistry) -> None:
+                                                 server_handles: LocalSessionCaches) -> None:
     sid = create_session(client)
     turn(client, sid, user("Remember the number 7."))
     assert sid in server_handles
@@ -96,7 +96,7 @@ def test_foreign_and_unknown_ids_are_404(client: httpx.Client, other_tenant: htt
 
 
 def test_a_failed_model_call_writes_nothing_and_rewinds_the_handle(
-    client: httpx.Client, live_server: LiveServer, server_engine: KVEngine, server_handles: HandleRegistry,
+    client: httpx.Client, live_server: LiveServer, server_engine: KVEngine, server_handles: LocalSessionCaches,
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -114,7 +114,7 @@ def test_a_failed_model_call_writes_nothing_and_rewinds_the_handle(
         problem(doomed.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Second.")]}), 500)
     monkeypatch.undo()
     assert session(client, sid) == before and artifacts(client, sid) == before_items
-    handle = server_handles.get(sid)
+    handle = server_handles.peek(sid)
     assert handle is not None and len(handle.tokens) == before["token_count"]  # cropped back, prefill kept
     t = turn(client, sid, user("Second."))
     assert t["turn"] == 2 and t["usage"]["reused_tokens"] == before["token_count"]
@@ -165,7 +165,7 @@ def _replay(engine: KVEngine, live: CacheHandle, prefix: StoredLog, steps: list[
 
 
 def test_crop_and_replay_reproduces_the_counterfactual_session(
-    client: httpx.Client, database_url: str, server_engine: KVEngine, server_handles: HandleRegistry
+    client: httpx.Client, database_url: str, server_engine: KVEngine, server_handles: LocalSessionCaches
 ) -> None:
     """What selective replay will do with this runtime's records: crop the real session to the end of τ-1 and replay
     τ..T with the target dropped (here an empty transition at τ = 2): the replies equal the counterfactual session's
@@ -181,7 +181,7 @@ def test_crop_and_replay_reproduces_the_counterfactual_session(
     turn(client, counterfactual, user(script[2]))
     expected = _replies(database_url, counterfactual)[1:]
     prefix = _log_until(database_url, real, 1)
-    live = server_handles.get(real)
+    live = server_handles.peek(real)
     assert live is not None
     steps = [(3, [Observation("user", script[2])])]
     for forked in (True, False):
@@ -189,7 +189,7 @@ def test_crop_and_replay_reproduces_the_counterfactual_session(
 
 
 def test_replay_from_session_start_reproduces_a_sanitized_document(
-    client: httpx.Client, database_url: str, server_engine: KVEngine, server_handles: HandleRegistry
+    client: httpx.Client, database_url: str, server_engine: KVEngine, server_handles: LocalSessionCaches
 ) -> None:
     """τ = 1: the restore point is the end of transition 0, whose system block was never prefilled alone; the
     replayed first call prefills it with the sanitized document, exactly as the counterfactual session did."""
@@ -206,7 +206,7 @@ def test_replay_from_session_start_reproduces_a_sanitized_document(
 
     real, counterfactual = run(bill), run(clean)
     prefix = _log_until(database_url, real, 0)
-    live = server_handles.get(real)
+    live = server_handles.peek(real)
     assert live is not None
     steps = [(1, [Observation("user", "Read my bill."), Observation("document", clean, {"source": "file://b.txt"})]),
              (2, [Observation("user", ask)])]

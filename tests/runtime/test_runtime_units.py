@@ -9,10 +9,10 @@ from typing import Any
 
 from app.db.repositories.artifacts import LogEntry
 from app.engine.protocol import CacheHandle, TokenUsage
+from app.engine.session_caches import LocalSessionCaches
 from app.runtime import checkpoints
 from app.runtime.blocks import Block
-from app.runtime.context import FullContext, Node, policy_for, union_sources
-from app.runtime.handles import HandleRegistry
+from app.runtime.provenance import FullContext, Node, union_sources
 from app.runtime.records import records_for, stored_log
 from app.runtime.transition import StoredLog, sync
 
@@ -39,7 +39,7 @@ def test_the_reduced_edges_reach_exactly_what_the_full_prefix_context_reaches() 
             blocks = [Block(k, "x", [1]) for k in kinds]
             if rng.random() < 0.7:
                 blocks.append(Block("assistant", "y", [2]))
-            records = records_for("ten", "ses", turn, log, blocks, None, policy_for("full"))
+            records = records_for("ten", "ses", turn, log, blocks, None, FullContext())
             reduced |= {(e["parent_id"], e["child_id"]) for e in records.edges}
             position = len(log)
             for row in records.artifacts:
@@ -92,11 +92,11 @@ def test_checkpoint_policies() -> None:
 
 
 def test_the_registry_keeps_the_most_recently_used_handles() -> None:
-    registry = HandleRegistry(max_handles=2)
+    registry = LocalSessionCaches(max_handles=2)
     for key in "abc":
-        registry.put(key, CacheHandle(session_key=key))
+        registry.keep(key, CacheHandle(session_key=key))
         if key == "b":
-            registry.get("a")
+            registry.peek("a")
     assert "a" in registry and "c" in registry and "b" not in registry and len(registry) == 2
 
 
@@ -104,9 +104,13 @@ class _Recorder:
     """Records the KVEngine calls `sync` makes; the log semantics are the protocol's (prefill appends)."""
 
     name, model_id = "recorder", "none"
+    records_chunks = True
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+
+    def resalt(self, handle: CacheHandle, salt: str | None) -> None:
+        handle.salt = salt
 
     async def open(self, session_key: str, *, salt: str | None = None, tokens: list[int] | None = None,
                    chunks: list[int] | None = None) -> CacheHandle:

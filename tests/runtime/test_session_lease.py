@@ -23,7 +23,7 @@ from app.api.routers.sessions import get_sessions
 from app.sessions.service import SessionService
 from tests.conftest import LiveServer
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import POLL_S, HeldLock, held_session, lethe_serve, problem, sql, wait_waiting
+from tests.support import POLL_S, HeldLock, held_session, lethe_serve, problem, rewired, sql, wait_waiting
 
 COUNT = [user("Count from 1 to 10000, separated by commas.")]
 
@@ -113,7 +113,8 @@ def one_second_lease(live_server: LiveServer) -> Iterator[None]:
     """The live app's turns with a 1 s session lease (renewed every third of a second while they work)."""
 
     def sessions(container: ContainerDep) -> SessionService:
-        return SessionService(container.db, container.engine, container.handles, lease_s=1.0)
+        sessions: SessionService = rewired(container, session_lease_s=1.0).services.sessions
+        return sessions
 
     overrides = live_server.app.dependency_overrides
     overrides[get_sessions] = sessions

@@ -25,7 +25,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(container: ContainerDep) -> JSONResponse:
     database = await container.db.ping()
     slot = container.engine
-    engine = slot.ready
+    engine = await slot.available()
     container.metrics.ready.set(1 if database and engine else 0)
     checks = {
         "database": "ok" if database else "unreachable",

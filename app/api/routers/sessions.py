@@ -39,9 +39,9 @@ from app.engine.protocol import TokenSink
 from app.errors import InvalidRequest
 from app.forget.proposals import Proposal
 from app.runtime.blocks import Observation
-from app.runtime.tools import normalize as normalize_tools
+from app.runtime.tool_catalog import normalize as normalize_tools
 from app.sessions.service import SessionService
-from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult
+from app.sessions.values import ArtifactView, SessionConfig, SessionView, TurnResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -258,7 +258,7 @@ async def post_turn(
         async def run(on_tokens: TokenSink) -> TurnOut:
             return _turn_out(await sessions.turn(principal.tenant_id, id, observations, True, on_tokens))
 
-        return await until_disconnect(http, stream_turn(run, sessions.chat()))
+        return await until_disconnect(http, stream_turn(run, await sessions.chat()))
     turn = sessions.turn(principal.tenant_id, id, observations, body.generate)
     return _turn_out(await until_disconnect(http, turn))
 

@@ -1,4 +1,5 @@
-"""Forget requests, jobs and detector webhooks (receipts: app/forget/receipts.py; flags: app/webhooks/schemas.py)."""
+"""Forget requests, jobs and detector webhooks as the API shows them (the stored receipt is app/forget/receipts.py;
+flags: app/webhooks/schemas.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api.schemas.memory import KEY_PATTERN, NAMESPACE_PATTERN
 from app.forget.jobs import JobView
-from app.forget.receipts import MemoryReceipt, PendingCall, SessionReceipt
 from app.request_model import RequestModel
 
 Strategy = Literal[
@@ -122,6 +122,61 @@ class ForgetRequest(RequestModel):
         return self
 
 
+class TokensOut(BaseModel):
+    reused: int = Field(description="Tokens of the clean prefix served from the cache")
+    prefilled: int | None = Field(default=None, description="Prompt tokens computed (a receipt)")
+    decoded: int | None = Field(default=None, description="Tokens sampled (a receipt)")
+    recompute_estimate: int | None = Field(
+        default=None, description="Tokens the replay is expected to compute (a plan)"
+    )
+    full_reset_estimate: int = Field(description="Tokens a cold full reset of the session computes")
+
+
+class CheckpointOut(BaseModel):
+    turn: int
+    token_offset: int
+
+
+class TraceStep(BaseModel):
+    artifact_id: str
+    kind: str
+    turn: int
+    why: str = Field(description="`target`, or `context held <artifact id>`: the parent it was reached through")
+
+
+class SessionReceipt(BaseModel):
+    session_id: str
+    tau: int = Field(description="The first transition holding the target")
+    T: int = Field(description="The session's last transition when the forget ran")
+    transitions_replayed: int
+    checkpoint: CheckpointOut | None = Field(description="The restore point (None: nothing reused)")
+    closure: list[str] = Field(description="The target and every artifact whose context reached it")
+    trace: list[TraceStep] | None = Field(default=None, description="Why each closure artifact is there (dry run)")
+    tokens: TokensOut
+    epoch_before: int
+    epoch_after: int | None = None
+    state_sha256_before: str | None = None
+    state_sha256_after: str | None = None
+    exactness: str | None = Field(
+        default=None,
+        description="How exactly the engine reproduced the counterfactual: `exact` (hf: bit for bit), `unbatched` or "
+        "`batch-invariant` (vLLM: bit for bit while the prefix stays cached), `batched` (vLLM batching beside live "
+        "traffic: a token may flip at a near-tie; docs/engines.md measures how often). Unset in a dry run and in "
+        "receipts from before it was recorded.",
+    )
+
+
+class MemoryReceipt(BaseModel):
+    namespace: str
+    key: str
+    tombstone_version: int | None
+
+
+class PendingCall(BaseModel):
+    session_id: str
+    tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
+
+
 class ForgetJobOut(BaseModel):
     id: str
     status: Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] = Field(
@@ -179,4 +234,5 @@ class DeliveryList(BaseModel):
 
 
 def job_out(view: JobView) -> ForgetJobOut:
+    """The API's answer for a job: its stored receipt (app/forget/receipts.py) read into the contract's shapes."""
     return ForgetJobOut.model_validate(view, from_attributes=True)

@@ -10,7 +10,7 @@ from app.api.schemas.forget import ForgetJobOut
 from app.request_model import RequestModel
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS
 from app.runtime.retrieval import Params as RetrievalParams
-from app.runtime.tools import BUILTINS
+from app.runtime.tool_catalog import BUILTINS
 from app.runtime.transition import SAMPLING_DEFAULTS
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]

@@ -83,7 +83,7 @@ async def claim(db: AsyncSession, owner: str, lease_s: float) -> ForgetJob | Non
     """Take the oldest queued job, or a running one whose lease expired, and lease it to `owner`."""
     now = func.now()
     claimable = or_(
-        ForgetJob.status == "queued",
+        and_(ForgetJob.status == "queued", or_(ForgetJob.run_after.is_(None), ForgetJob.run_after <= now)),
         and_(ForgetJob.status == "running", ForgetJob.lease_expires_at < now),
     )
     pick = (
@@ -131,11 +131,13 @@ async def lock_owned(db: AsyncSession, job_id: str, owner: str) -> ForgetJob | N
     return (await db.execute(stmt)).scalar_one_or_none()
 
 
-async def requeue(db: AsyncSession, job_id: str, owner: str) -> None:
+async def requeue(db: AsyncSession, job_id: str, owner: str, *, after_s: float = 0.0) -> None:
+    """Back to the queue, claimable again `after_s` from now (its session was busy: let the turn end)."""
     await db.execute(
         update(ForgetJob)
         .where(ForgetJob.id == job_id, ForgetJob.lease_owner == owner)
-        .values(status="queued", lease_owner=None, lease_expires_at=None)
+        .values(status="queued", lease_owner=None, lease_expires_at=None,
+                run_after=func.now() + timedelta(seconds=after_s))
     )
 
 

@@ -2,7 +2,8 @@
 
 Run in the commit of the session's lease (the row locked, the lease checked), after the rebuilt state was computed
 aside; everything here commits with the job's receipt entry or not at all. Two shapes: a suffix of transitions
-replaced (a replay), or artifacts rewritten in place (deleted, updated, inserted: a rewrite or a retrieval session's
+replaced (a replay: `clear_suffix`, then each rebuilt transition written by the runtime's writer of a turn,
+runtime/writes.py), or artifacts rewritten in place (deleted, updated, inserted: a rewrite or a retrieval session's
 regeneration).
 """
 
@@ -17,19 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.repositories import tools as tools_repo
-
-
-@dataclass(frozen=True)
-class NewSuffix:
-    """Every transition from `from_turn` on replaced."""
-
-    from_turn: int
-    rows: Sequence[dict[str, Any]]
-    edges: Sequence[dict[str, Any]]
-    checkpoints: Sequence[tuple[int, int, str]]  # (turn, token_offset, manifest_sha256)
-    environments: Sequence[tuple[int, dict[str, Any]]] = ()  # (turn, state) snapshots of the session's tools
-    archive_existing: Sequence[tuple[str, int]] = ()  # kept rows a replayed compaction archives, at its turn
-    links_tools: bool = False  # the session has tools: its checkpoints name their environments
 
 
 @dataclass(frozen=True)
@@ -51,34 +39,27 @@ class Swapped:
     system_prompt: str | None
 
 
-async def swap(tx: AsyncSession, session_id: str, change: NewSuffix | InPlace, state: Swapped) -> None:
-    if isinstance(change, NewSuffix):
-        await _replace_suffix(tx, session_id, change)
-    else:
-        await artifacts_repo.delete_ids(tx, session_id, change.deleted)  # their edges go with them
-        await artifacts_repo.rewrite(tx, session_id, change.updated)
-        await artifacts_repo.insert_artifacts(tx, change.inserted)
-        await artifacts_repo.insert_edges(tx, change.edges)
-        if change.first_turn is not None:
-            # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
-            await sessions_repo.delete_checkpoints_from(tx, session_id, change.first_turn)
+async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -> None:
+    await artifacts_repo.delete_ids(tx, session_id, change.deleted)  # their edges go with them
+    await artifacts_repo.rewrite(tx, session_id, change.updated)
+    await artifacts_repo.insert_artifacts(tx, change.inserted)
+    await artifacts_repo.insert_edges(tx, change.edges)
+    if change.first_turn is not None:
+        # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
+        await sessions_repo.delete_checkpoints_from(tx, session_id, change.first_turn)
+
+
+async def clear_suffix(tx: AsyncSession, session_id: str, from_turn: int) -> None:
+    """Everything transitions ≥ `from_turn` wrote, gone, and what their compactions archived live again (a replay
+    runs those compactions again)."""
+    await artifacts_repo.unarchive_from(tx, session_id, from_turn)
+    await artifacts_repo.delete_from_turn(tx, session_id, from_turn)
+    await sessions_repo.delete_checkpoints_from(tx, session_id, from_turn)
+    await tools_repo.delete_environments_from(tx, session_id, from_turn)
+
+
+async def record_swap(tx: AsyncSession, session_id: str, state: Swapped) -> None:
     await sessions_repo.record_forget(
         tx, session_id, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
         system_prompt=state.system_prompt,
     )
-
-
-async def _replace_suffix(tx: AsyncSession, session_id: str, change: NewSuffix) -> None:
-    await artifacts_repo.unarchive_from(tx, session_id, change.from_turn)  # its compactions are replayed
-    await artifacts_repo.delete_from_turn(tx, session_id, change.from_turn)
-    await sessions_repo.delete_checkpoints_from(tx, session_id, change.from_turn)
-    await tools_repo.delete_environments_from(tx, session_id, change.from_turn)
-    for turn, state in change.environments:
-        await tools_repo.save_environment(tx, session_id, turn, state)
-    await artifacts_repo.insert_artifacts(tx, change.rows)
-    await artifacts_repo.insert_edges(tx, change.edges)
-    for turn in {t for _, t in change.archive_existing}:
-        await artifacts_repo.archive(tx, session_id, [i for i, t in change.archive_existing if t == turn], turn)
-    await sessions_repo.add_checkpoints(tx, session_id, change.checkpoints)
-    if change.links_tools:
-        await tools_repo.link_checkpoints(tx, session_id, max(0, change.from_turn - 1))

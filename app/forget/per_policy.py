@@ -1,4 +1,5 @@
-"""How a forget is carried out in a session, by its context policy (chosen once per session: `policy_of`).
+"""How a forget is carried out in a session, by its context policy: each policy's forget half (the policy object
+that carries it with its turn and provenance halves is app/policies.py, resolved once per session).
 
 - `full`: the prompt is the log. A forget rolls the cache back to a restore point and replays the transitions after
   it (replay.py): selective replays τ..T from the latest valid checkpoint before τ, full replays everything on a
@@ -7,24 +8,26 @@
 - `retrieval` (DeLLM): the prompt is built per turn from a store; the cache holds only the preamble. A forget
   regenerates outputs one by one (regenerate.py), and its cost is the outputs it regenerates.
 
-Strategies (strategies.py) decide *what* is forgotten; the policy decides *how* in that kind of session.
+Strategies (strategies.py) decide *what* is forgotten; the policy decides *how* in that kind of session, for every
+strategy: the baselines that edit in place (`rewrite`) and append an instruction (`instruct`) go through it too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Protocol
 
 from app.db.models import AgentSession, Artifact, Checkpoint
+from app.errors import InvalidRequest
 from app.forget import regenerate as regen
 from app.forget.closure import ClosureEntry, Restore, restore_point
 from app.forget.cost import compute_cost, replies_in
 from app.forget.locate import Located
-from app.forget.receipts import CheckpointOut
+from app.forget.receipts import RestorePoint
 from app.forget.replay import replay
-from app.forget.rewrite import rewrite
-from app.forget.work import Change, SessionWork
+from app.forget.rewrite import append_instruction, rewrite
+from app.forget.session_work import Change, SessionWork
 from app.runtime.blocks import MODEL_KINDS
 from app.runtime.salts import rotates
 
@@ -36,7 +39,7 @@ class Estimate:
     transitions_replayed: int
     reused: int  # tokens of the clean prefix kept
     recompute_estimate: int
-    checkpoint: CheckpointOut | None = None  # the restore point (None: nothing reused)
+    checkpoint: RestorePoint | None = None  # the restore point (None: nothing reused)
 
 
 class ForgetPolicy(Protocol):
@@ -66,6 +69,17 @@ class ForgetPolicy(Protocol):
         """Whether the forget must give the session a new cache salt (runtime/salts.py)."""
         ...
 
+    async def rewrite(
+        self, work: SessionWork, *, drop: set[str], edits: dict[str, str | None], redact: str | None = None
+    ) -> Change:
+        """Artifacts deleted (`drop`), observations edited and `redact` stripped from every artifact; nothing
+        regenerated (the cheaper baselines)."""
+        ...
+
+    async def instruct(self, work: SessionWork, instruction: str) -> Change:
+        """One more transition asking the model to forget (the forget-instruction baseline)."""
+        ...
+
 
 class FullForget:
     name = "full"
@@ -75,7 +89,7 @@ class FullForget:
         tau = work.located.tau
         restore = restore_point(work.checkpoints, work.rows, tau)
         return await replay(
-            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=tau,
+            work.m, work.policy, work.session, work.rows, work.located, restore, from_turn=tau,
             tools=await work.tools_before(tau),
         )
 
@@ -86,7 +100,7 @@ class FullForget:
         system = [r for r in work.rows if r.turn == 0]
         restore = Restore(0, system[-1].token_end if system else 0, None) if from_turn == 1 else Restore(-1, 0, None)
         return await replay(
-            work.engine, work.handles, work.session, work.rows, work.located, restore, from_turn=from_turn,
+            work.m, work.policy, work.session, work.rows, work.located, restore, from_turn=from_turn,
             tools=await work.tools_before(from_turn), cold=True,
         )
 
@@ -95,11 +109,20 @@ class FullForget:
         sanitized = {i for i, content in work.located.edits.items() if content is not None}
         drop = {entry.artifact_id for entry in work.closure} - sanitized
         change = await rewrite(
-            work.engine, work.handles, work.session, work.live_rows, drop=drop, edits=dict(work.located.edits),
-            holds_log=self.holds_log,
+            work.m, work.session, work.live_rows, drop=drop, edits=dict(work.located.edits), holds_log=self.holds_log
         )
         change.deleted.extend(r.id for r in work.rows if r.archived_by is not None and r.id in drop)
         return change
+
+    async def rewrite(
+        self, work: SessionWork, *, drop: set[str], edits: dict[str, str | None], redact: str | None = None
+    ) -> Change:
+        return await rewrite(
+            work.m, work.session, work.live_rows, drop=drop, edits=edits, redact=redact, holds_log=self.holds_log
+        )
+
+    async def instruct(self, work: SessionWork, instruction: str) -> Change:
+        return await append_instruction(work.m, work.policy, work.session, work.live_rows, instruction)
 
     def estimate(
         self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
@@ -132,6 +155,16 @@ class RetrievalForget:
     async def delete(self, work: SessionWork) -> Change:
         return await regen.regenerate(work, "delete")
 
+    async def rewrite(
+        self, work: SessionWork, *, drop: set[str], edits: dict[str, str | None], redact: str | None = None
+    ) -> Change:
+        return await rewrite(
+            work.m, work.session, work.live_rows, drop=drop, edits=edits, redact=redact, holds_log=self.holds_log
+        )
+
+    async def instruct(self, work: SessionWork, instruction: str) -> Change:
+        raise InvalidRequest("a retrieval session has no running prompt to append an instruction to")
+
     def estimate(
         self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
         checkpoints: Sequence[Checkpoint], *, cold: bool,
@@ -151,12 +184,5 @@ class RetrievalForget:
         return rotates(log_before, log_after, retrieval=True)
 
 
-def _checkpoint(restore: Restore) -> CheckpointOut | None:
-    return CheckpointOut(turn=restore.turn, token_offset=restore.token_offset) if restore.turn >= 0 else None
-
-
-POLICIES: Final[Mapping[str, ForgetPolicy]] = {p.name: p for p in (FullForget(), RetrievalForget())}
-
-
-def policy_of(session: AgentSession) -> ForgetPolicy:
-    return POLICIES[session.context_policy]
+def _checkpoint(restore: Restore) -> RestorePoint | None:
+    return RestorePoint(turn=restore.turn, token_offset=restore.token_offset) if restore.turn >= 0 else None

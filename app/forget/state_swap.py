@@ -1,7 +1,8 @@
 """Swapping a strategy's change into a session, and the session's receipt entry that says what changed.
 
-The writes are the repository's (db/repositories/forget_swap.py); here the change is translated for it, the state is
-digested before and after, and the cache salt rotated when the forget left blocks a later request could reach.
+The writes are the repository's (db/repositories/forget_swap.py) and, for a replay, the runtime's writer of a turn
+(runtime/writes.py); here the change is translated for them, the state is digested before and after, and the cache
+salt rotated when the forget left blocks a later request could reach.
 """
 
 from __future__ import annotations
@@ -13,24 +14,25 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import AgentSession, Artifact
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import sessions as sessions_repo
-from app.db.repositories.forget_swap import InPlace, NewSuffix, Swapped, swap
+from app.db.repositories import tools as tools_repo
+from app.db.repositories.forget_swap import InPlace, Swapped, clear_suffix, record_swap, rewrite_in_place
 from app.forget.closure import ClosureEntry
 from app.forget.cost import full_reset_estimate
 from app.forget.locate import Found, Located
-from app.forget.policies import ForgetPolicy
-from app.forget.receipts import CheckpointOut, SessionReceipt, TokensOut, TraceStep, state_sha256
+from app.forget.per_policy import ForgetPolicy
+from app.forget.receipts import RestorePoint, SessionEntry, TokenCounts, TraceEntry, state_sha256
 from app.forget.replay import Rebuilt
-from app.forget.rewrite import Rewritten
-from app.forget.work import Change
+from app.forget.session_work import Change
+from app.runtime.writes import write_step
 
 
 def session_entry(
-    session: AgentSession, located: Located, closure: Sequence[ClosureEntry], tokens: TokensOut, *,
-    transitions_replayed: int = 0, checkpoint: CheckpointOut | None = None, trace: list[TraceStep] | None = None,
+    session: AgentSession, located: Located, closure: Sequence[ClosureEntry], tokens: TokenCounts, *,
+    transitions_replayed: int = 0, checkpoint: RestorePoint | None = None, trace: list[TraceEntry] | None = None,
     epoch_after: int | None = None, state_before: str | None = None, state_after: str | None = None,
-) -> SessionReceipt:
+) -> SessionEntry:
     """A receipt's (or a plan's) entry for one session: where the target sat, what it reached, what it cost."""
-    return SessionReceipt(
+    return SessionEntry(
         session_id=session.id, tau=located.tau, T=session.turns, transitions_replayed=transitions_replayed,
         checkpoint=checkpoint, closure=[entry.artifact_id for entry in closure], trace=trace, tokens=tokens,
         epoch_before=session.epoch, epoch_after=epoch_after, state_sha256_before=state_before,
@@ -40,7 +42,7 @@ def session_entry(
 
 async def swap_in(
     tx: AsyncSession, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy
-) -> SessionReceipt:
+) -> SessionEntry:
     """Write `change` in the session's transaction and return the session's receipt entry."""
     rows = found.live_rows  # the live state (archived originals are history)
     before = _digest(rows)
@@ -48,7 +50,9 @@ async def swap_in(
     # Read before any write: the swap updates the session row, and with it this object.
     entry = session_entry(
         session, found.located, found.closure,
-        TokensOut(reused=0, prefilled=0, decoded=0, full_reset_estimate=full_reset_estimate(session.token_count, rows)),
+        TokenCounts(
+            reused=0, prefilled=0, decoded=0, full_reset_estimate=full_reset_estimate(session.token_count, rows)
+        ),
         epoch_after=session.epoch, state_before=before, state_after=before,
     )
     if change is None:
@@ -59,16 +63,26 @@ async def swap_in(
         turns = max([session.turns, *(r["turn"] for r in change.rows)])
         restore = change.restored_from
         if restore is not None and restore.turn >= 0:
-            checkpoint = CheckpointOut(turn=restore.turn, token_offset=restore.token_offset)
+            checkpoint = RestorePoint(turn=restore.turn, token_offset=restore.token_offset)
     else:
         turns = session.turns
-    state = Swapped(epoch, turns, change.token_count, change.system_prompt)
-    await swap(tx, session.id, _writes(session, change), state)
+    if isinstance(change, Rebuilt):
+        await clear_suffix(tx, session.id, change.from_turn)
+        for rebuilt in change.steps:  # the turn's own writer, transition by transition
+            await write_step(tx, session.id, rebuilt)
+        if session.tools:
+            await tools_repo.link_checkpoints(tx, session.id, max(0, change.from_turn - 1))
+    else:
+        await rewrite_in_place(tx, session.id, InPlace(
+            deleted=change.deleted, updated=change.updated, inserted=change.inserted, edges=change.edges,
+            first_turn=change.first_turn,
+        ))
+    await record_swap(tx, session.id, Swapped(epoch, turns, change.token_count, change.system_prompt))
     after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
     if policy.rotates_salt(log_before, [t for r in after for t in r.token_ids]):
         # The forgotten blocks stay in vLLM's prefix cache until evicted: no request of this session may reach them.
         await sessions_repo.bump_cache_generation(tx, session.id)
-    tokens = TokensOut(
+    tokens = TokenCounts(
         reused=change.reused, prefilled=change.prefilled, decoded=change.decoded,
         full_reset_estimate=full_reset_estimate(after[-1].token_end if after else 0, after),
     )
@@ -76,20 +90,6 @@ async def swap_in(
         "tokens": tokens, "transitions_replayed": change.transitions, "checkpoint": checkpoint, "epoch_after": epoch,
         "state_sha256_after": _digest(after),
     })
-
-
-def _writes(session: AgentSession, change: Rebuilt | Rewritten) -> NewSuffix | InPlace:
-    if isinstance(change, Rebuilt):
-        return NewSuffix(
-            from_turn=change.from_turn, rows=change.rows, edges=change.edges,
-            checkpoints=[(b.turn, b.token_offset, b.manifest_sha256) for b in change.checkpoints],
-            environments=change.environments, archive_existing=change.archive_existing,
-            links_tools=bool(session.tools),
-        )
-    return InPlace(
-        deleted=change.deleted, updated=change.updated, inserted=change.inserted, edges=change.edges,
-        first_turn=change.first_turn,
-    )
 
 
 def _digest(rows: Sequence[Artifact]) -> str:

@@ -6,15 +6,12 @@ from dataclasses import dataclass, field
 
 from app.db.models import AgentSession, Artifact, Checkpoint
 from app.db.repositories import tools as tools_repo
-from app.db.session import Database
-from app.embeddings import Embedder
-from app.engine.protocol import KVEngine
 from app.forget.closure import ClosureEntry
 from app.forget.locate import Located
 from app.forget.replay import Rebuilt
 from app.forget.rewrite import Rewritten
-from app.runtime.handles import HandleRegistry
-from app.runtime.tooling import ReplayTools, ToolContext
+from app.runtime.step import Machinery, SessionPolicy
+from app.runtime.tool_loop import ReplayTools, ToolContext
 
 # What a strategy does to a session, swapped in by the executor: transitions replaced, artifacts rewritten in
 # place, or nothing.
@@ -25,15 +22,13 @@ Change = Rebuilt | Rewritten | None
 class SessionWork:
     # Short read transactions of what the strategy needs (under the lease nothing else writes the session); the
     # strategy writes nothing: the executor swaps its change in.
-    db: Database
-    engine: KVEngine
-    handles: HandleRegistry
+    m: Machinery  # the engine, cache handles, embedder and database transitions run on
+    policy: SessionPolicy  # the session's context policy: a replay's transitions run through it (runtime/step.py)
     session: AgentSession
     rows: list[Artifact]
     located: Located
     closure: list[ClosureEntry]
     checkpoints: list[Checkpoint]
-    embedder: Embedder
     provided: dict[str, str] = field(default_factory=dict)  # the client's answers to calls a replay made anew
     similar: list[str] = field(default_factory=list)  # semantic_deletion: every artifact matching the query
 
@@ -47,7 +42,7 @@ class SessionWork:
         fired calls, and the original run's results (A3: identical calls reuse them)."""
         if not self.session.tools:
             return None
-        async with self.db.transaction() as tx:
+        async with self.m.db.transaction() as tx:
             _, env = await tools_repo.environment(tx, self.session.id, before_turn=turn)
             fired = await tools_repo.fired(tx, self.session.id)
         recorded = {

@@ -1,5 +1,5 @@
 """Tool calls inside a transition: parse the reply's calls, answer the ones the server answers, and append the
-answers to the log (tools.py says who answers what).
+answers to the log (tool_catalog.py says who answers what).
 
 One function serves a live turn and a forget's replay, so a replayed transition treats tools exactly as the original
 did, except where assumption A3 of the unlearning paper says a replay must differ:
@@ -23,7 +23,7 @@ from typing import Any
 
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.runtime.blocks import Block, Observation, render
-from app.runtime.tools import BUILTINS, declared, execute_builtin, parse_calls
+from app.runtime.tool_catalog import BUILTINS, declared, execute_builtin, parse_calls
 from app.runtime.transition import Outcome, Synced, advance
 from app.tool_calls import ToolCall
 

@@ -1,4 +1,5 @@
-"""Context policies: which artifacts a model call depends on, stored as provenance edges.
+"""Provenance: which artifacts a model call depends on, stored as edges (one half of a context policy; the policy
+object that carries it is app/policies.py).
 
 `full`: the context of a model call is the whole prefix of the log, the conservative taint
 of Lemma 2. Recording an edge from every prefix artifact to every reply would cost O(n) edges per turn and O(n²) per
@@ -19,9 +20,9 @@ did). The retrieval itself is runtime/retrieval.py; this class only turns its ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Protocol
 
 from app.runtime.blocks import MODEL_KINDS
 
@@ -35,7 +36,7 @@ class Node:
     source_ids: tuple[str, ...]
 
 
-class ContextPolicy(Protocol):
+class Provenance(Protocol):
     name: str
 
     def reply_parents(self, prefix: Sequence[Node], new: Sequence[Node]) -> list[Node]:
@@ -68,17 +69,6 @@ class RetrievedContext:
 
     def reply_parents(self, prefix: Sequence[Node], new: Sequence[Node]) -> list[Node]:
         return [*(n for n in prefix if n.id in self.wanted), *new]
-
-
-# A session's context policy by its stored name, as a transition without a retrieval of its own uses it.
-_BY_NAME: Final[Mapping[str, ContextPolicy]] = {"full": FullContext(), "retrieval": RetrievedContext()}
-
-
-def policy_for(name: str) -> ContextPolicy:
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"no context policy {name!r}") from None
 
 
 def union_sources(parents: Sequence[Node]) -> list[str]:

@@ -1,0 +1,143 @@
+"""A turn and a forget's replay run one transition function (app/runtime/step.py), so they cannot diverge.
+
+The check: recompute transitions whose inputs did not change, and compare what the replay wrote with what the turns
+wrote, artifact by artifact, straight from the tables: kind, position, content, token ids, token span, the chunk
+recipe and finish reason in `meta`, `committed`, what a compaction archived, provenance parents and sources (ids
+mapped from the originals to the recomputed outputs), and the checkpoints. A full reset whose target entered in the
+last transition recomputes every earlier transition from a cold cache with exactly its original inputs: any
+difference between how a turn and how a replay computes a transition (sampling, context, tools, records,
+checkpoints, compaction) shows up here, with seeded temperature sampling so a different seed or context could not
+hide. The retrieval policy's regeneration runs through the same function and is checked the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from tests.forget.forget_helpers import forget, user
+from tests.support import sql
+
+SEEDED = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 16, "seed": 5}
+TOOLS = [{"name": "get_balance", "builtin": True}, {"name": "transfer", "builtin": True}]
+SYSTEM = "You are a banking assistant. Use tools. Answer briefly."
+TARGET = "My PIN is 5512."
+
+
+def _turn(client: httpx.Client, session_id: str, *inputs: dict[str, Any]) -> dict[str, Any]:
+    r = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": list(inputs)})
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def _copy_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
+    """The tiny model calls a tool when told to copy the call verbatim (tests/forget/test_forget_tools.py)."""
+    return user(f"Copy this exactly: <tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")
+
+
+def _rows(database_url: str, session_id: str, below_turn: int) -> list[dict[str, Any]]:
+    rows = sql(
+        database_url,
+        "SELECT id, kind, turn, position, content, token_start, token_end, token_ids, source_ids, committed, "
+        "archived_by, meta FROM artifacts WHERE session_id = $1 AND turn < $2 ORDER BY position",
+        session_id, below_turn,
+    )
+    return [{**dict(r), "meta": json.loads(r["meta"])} for r in rows]
+
+
+def _parents(database_url: str, session_id: str) -> dict[str, set[str]]:
+    edges = sql(database_url, "SELECT parent_id, child_id FROM provenance_edges WHERE session_id = $1", session_id)
+    parents: dict[str, set[str]] = {}
+    for edge in edges:
+        parents.setdefault(edge["child_id"], set()).add(edge["parent_id"])
+    return parents
+
+
+def _checkpoints(database_url: str, session_id: str, below_turn: int) -> list[tuple[int, int]]:
+    rows = sql(database_url, "SELECT turn, token_offset FROM checkpoints WHERE session_id = $1 AND turn < $2 "
+               "ORDER BY turn, token_offset", session_id, below_turn)
+    return [(r["turn"], r["token_offset"]) for r in rows]
+
+
+def _assert_recomputed_equal(database_url: str, session_id: str, before: list[dict[str, Any]],
+                             parents_before: dict[str, set[str]], below_turn: int) -> None:
+    after = _rows(database_url, session_id, below_turn)
+    assert [(r["turn"], r["position"], r["kind"]) for r in after] == [
+        (r["turn"], r["position"], r["kind"]) for r in before
+    ]
+    ids = {old["id"]: new["id"] for old, new in zip(before, after, strict=True)}
+    assert any(old != new for old, new in ids.items()), "nothing was recomputed: the test would prove nothing"
+    parents_after = _parents(database_url, session_id)
+
+    def mapped(value: Any) -> Any:
+        """A value of the original run with its artifact ids replaced by the recomputed ones'."""
+        if isinstance(value, str):
+            return ids.get(value, value)
+        if isinstance(value, list):
+            return [mapped(v) for v in value]
+        if isinstance(value, dict):
+            return {k: mapped(v) for k, v in value.items()}
+        return value
+
+    for old, new in zip(before, after, strict=True):
+        where = (old["turn"], old["kind"], old["position"])
+        for field in ("content", "token_ids", "token_start", "token_end", "committed", "archived_by"):
+            assert new[field] == old[field], (where, field, old[field], new[field])
+        assert new["meta"] == mapped(old["meta"]), (where, old["meta"], new["meta"])
+        assert sorted(new["source_ids"]) == sorted(mapped(old["source_ids"])), where
+        assert parents_after.get(new["id"], set()) == {ids.get(p, p) for p in parents_before.get(old["id"], set())}
+
+
+def test_a_replay_writes_what_the_turns_wrote(client: httpx.Client, database_url: str) -> None:
+    """Full context: tools (a builtin call fires and changes the environment), a document, a compaction."""
+    r = client.post("/v1/sessions", json={"system_prompt": SYSTEM, "tools": TOOLS, "sampling": SEEDED})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    fired = _turn(client, sid, _copy_call("transfer", {"to": "DE11", "amount": 5}))
+    assert fired["reply"]["tool_calls"], fired  # the call fired: the replay must re-apply it, not fire it again
+    _turn(client, sid, user("What is my balance now?"))
+    _turn(client, sid, user("Read this."), {"type": "document", "content": "Rent due: 700 EUR.", "source": "mail"})
+    compacted = client.post(f"/v1/sessions/{sid}/compact", json={"keep_last_turns": 1})
+    assert compacted.status_code == 200, compacted.text
+    _turn(client, sid, user("Thanks. Anything else due?"))
+    target_turn = _turn(client, sid, user(TARGET))["turn"]
+
+    before = _rows(database_url, sid, target_turn)
+    assert {"summary", "tool_call", "tool_result", "document"} <= {r["kind"] for r in before}
+    parents_before = _parents(database_url, sid)
+    checkpoints_before = _checkpoints(database_url, sid, target_turn)
+    job = forget(client, {"session_id": sid, "text": TARGET}, strategy="full_reset", wait=True)
+    assert job["status"] == "succeeded", job
+    assert job["sessions"][0]["transitions_replayed"] == target_turn  # every transition, from a cold cache
+    _assert_recomputed_equal(database_url, sid, before, parents_before, target_turn)
+    assert _checkpoints(database_url, sid, target_turn) == checkpoints_before
+    ledger = sql(database_url, "SELECT count(*) AS n FROM tool_executions WHERE session_id = $1", sid)
+    assert ledger[0]["n"] == 1  # the transfer fired once, ever
+
+
+def test_a_regeneration_writes_what_the_turns_wrote(client: httpx.Client, database_url: str) -> None:
+    """Retrieval (DeLLM): every output regenerated over the unchanged store equals the one the turn wrote, its
+    retrieved context and summary included."""
+    r = client.post("/v1/sessions", json={
+        "system_prompt": "You are a helpful assistant. Answer briefly.", "context_policy": "retrieval",
+        "retrieval": {"top_k": 2, "min_similarity": 0.1}, "sampling": SEEDED,
+    })
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    for text in ("I live in Lyon.", "I have a dog named Rex.", "Where do I live?"):
+        _turn(client, sid, user(text))
+    compacted = client.post(f"/v1/sessions/{sid}/compact", json={"keep_last_turns": 1})
+    assert compacted.status_code == 200, compacted.text
+    _turn(client, sid, user("What is my dog called?"))
+    target_turn = _turn(client, sid, user(TARGET))["turn"]
+
+    before = _rows(database_url, sid, target_turn)
+    assert {"summary", "assistant"} <= {r["kind"] for r in before}
+    assert any(r["meta"].get("retrieved") for r in before), "no reply retrieved anything: a weak check"
+    parents_before = _parents(database_url, sid)
+    job = forget(client, {"session_id": sid, "text": TARGET}, strategy="full_reset", wait=True)
+    assert job["status"] == "succeeded", job
+    _assert_recomputed_equal(database_url, sid, before, parents_before, target_turn)
