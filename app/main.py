@@ -61,7 +61,7 @@ def create_app(
         worker = engine_process is not None
         if not (prepared or worker):
             await upgrade_to_head_async(url)
-        db = Database(url, pool_size=settings.db_pool_size)
+        db = Database.from_settings(url, settings, metrics=metrics)
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
         if not (prepared or worker):
             await tenants.bootstrap(settings)
@@ -69,6 +69,7 @@ def create_app(
         slot = EngineSlot(chosen)
         container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
         app.state.container = container
+        container.background.append(asyncio.create_task(db.watch_replicas(), name="replica-watch"))
         if not worker:
             slot.task = asyncio.create_task(slot.load(), name="engine-load")
             container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))

@@ -1,0 +1,250 @@
+"""Reads on PostgreSQL streaming replicas, never older than the consistency token they carry.
+
+A read that may leave the primary (`ReadFrom.replica`) is tried on the replicas in turn (round robin, skipping one
+that failed within the last `DOWN_S`). Without a token any replica serves it: eventually consistent, as far behind
+as the replica lags (`lethe_replica_lag_*`). With a token, the replica's position is read on the very connection
+that will run the read (app/db/repositories/wal.py), and the read runs there only if the replica is on the token's
+cluster and timeline and has replayed past it; a replica behind it is polled until the read's bound
+(`LETHE_REPLICA_WAIT_MS`), then the read goes to the primary. Any failure of a replica (refused, lost, restarting,
+a query cancelled by replay) sends the read to the primary as well, so a replica can make a read slower, never wrong
+and never an error. Reads are idempotent, so one that failed half-way on a replica simply runs again on the primary.
+
+`Replicas` only knows replicas: it answers or raises `ReplicaMiss`, and `Database` (session.py) then reads the
+primary and counts where each read went.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from app.db.consistency import ConsistencyToken
+from app.db.embedded import to_async_url
+from app.db.pools import open_pg_pool
+from app.db.repositories import wal
+from app.db.statements import InSession, OnConnection, Sql
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_S = TypeVar("_S")  # what a read works on: an asyncpg connection's Sql, or an ORM session
+
+DOWN_S = 1.0  # a replica that failed is left alone this long (then one read, or the watch, tries it again)
+CONNECT_TIMEOUT_S = 2.0  # a replica host that does not answer must not hold a read longer than this
+FIRST_POLL_S, MAX_POLL_S = 0.001, 0.02  # a tokened read waiting for replay looks again, backing off
+# SQLSTATEs of a replica that cannot answer now: connection exceptions, operator intervention (shutdown, starting
+# up, a conflict with recovery that ends the session), too many connections, and a query cancelled by replay.
+_REPLICA_STATES = ("08", "57P", "53300", "40001")
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    urls: tuple[str, ...]
+    wait_s: float = 0.2
+    probe_s: float = 5.0
+    pool_size: int = 10
+
+
+class ReplicaMiss(Exception):
+    """No replica could serve the read; `reason` says why (a label of `lethe_reads_total`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def replica_failed(exc: BaseException) -> bool:
+    """Whether `exc` says the replica cannot answer now, rather than something about the request."""
+    seen: BaseException | None = exc
+    for _ in range(4):  # SQLAlchemy wraps the driver's error, which may wrap the socket's
+        if seen is None:
+            return False
+        if isinstance(seen, DBAPIError) and seen.connection_invalidated:
+            return True
+        if isinstance(seen, OSError | TimeoutError | asyncpg.PostgresConnectionError):
+            return True
+        if isinstance(seen, asyncpg.InterfaceError) and "closed" in str(seen):
+            return True
+        state = getattr(seen, "sqlstate", None)
+        if isinstance(state, str) and state.startswith(_REPLICA_STATES):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
+
+
+class Replica:
+    """One replica: an asyncpg pool for the hot path and a SQLAlchemy engine for ORM reads, both opened on first use
+    and neither connecting before a read needs it (a replica that is down at start costs nothing)."""
+
+    def __init__(self, index: int, url: str, pool_size: int, application_name: str) -> None:
+        self.label = str(index)  # metrics name replicas by position, never by URL (it may hold a password)
+        self.orm_url = to_async_url(url)
+        self._pool_size = pool_size
+        self._application_name = application_name
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock = asyncio.Lock()
+        self._engine: AsyncEngine | None = None
+        self._sessions: async_sessionmaker[AsyncSession] | None = None
+        self.down_until = 0.0
+
+    def usable(self, now: float) -> bool:
+        return now >= self.down_until
+
+    def failed(self, exc: BaseException) -> None:
+        if self.down_until <= time.monotonic():
+            log.warning("replica unavailable; reads go elsewhere", extra={"replica": self.label,
+                                                                          "error": type(exc).__name__})
+        self.down_until = time.monotonic() + DOWN_S
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Sql]:
+        pool = self._pool or await self._open_pool()
+        async with pool.acquire() as connection:
+            yield OnConnection(connection)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A unit of work for reads, as `Database.transaction` gives one on the primary (a standby refuses writes)."""
+        if self._sessions is None:
+            self._engine = create_async_engine(
+                self.orm_url, pool_size=self._pool_size, max_overflow=self._pool_size, pool_pre_ping=False,
+                hide_parameters=True,
+                connect_args={"timeout": CONNECT_TIMEOUT_S,
+                              "server_settings": {"application_name": self._application_name}},
+            )
+            self._sessions = async_sessionmaker(self._engine, expire_on_commit=False)
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def _open_pool(self) -> asyncpg.Pool:
+        async with self._pool_lock:
+            if self._pool is None:
+                url = self.orm_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+                self._pool = await open_pg_pool(url, self._pool_size, min_size=0, connect_timeout_s=CONNECT_TIMEOUT_S)
+            return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+        if self._engine is not None:
+            await self._engine.dispose()
+
+
+class Replicas:
+    def __init__(self, config: ReplicaConfig, application_name: str) -> None:
+        self.config = config
+        self.members = [
+            Replica(i, url, config.pool_size, application_name) for i, url in enumerate(config.urls)
+        ]
+        self._next = 0
+
+    def _rotation(self) -> list[Replica]:
+        """The replicas to try, starting one further along each time (round robin), skipping those left alone."""
+        start = self._next
+        self._next = (start + 1) % len(self.members)
+        now = time.monotonic()
+        ordered = self.members[start:] + self.members[:start]
+        return [r for r in ordered if r.usable(now)]
+
+    async def run_pg(self, after: ConsistencyToken | None, work: Callable[[Sql], Awaitable[T]]) -> T:
+        """`work` on a replica's asyncpg connection, or ReplicaMiss."""
+        return await self._run(after, work, lambda r: r.connection(), lambda sql: sql)
+
+    async def run_orm(self, after: ConsistencyToken | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+        """`work` in a read-only ORM session on a replica, or ReplicaMiss."""
+        return await self._run(after, work, lambda r: r.session(), InSession)
+
+    async def _run(
+        self,
+        after: ConsistencyToken | None,
+        work: Callable[[_S], Awaitable[T]],
+        open_: Callable[[Replica], contextlib.AbstractAsyncContextManager[_S]],
+        as_sql: Callable[[_S], Sql],
+    ) -> T:
+        deadline = time.monotonic() + self.config.wait_s
+        reason = "replica_down"
+        for replica in self._rotation():
+            try:
+                async with open_(replica) as handle:
+                    missed = await self._behind(as_sql(handle), after, deadline)
+                    if missed is None:
+                        return await work(handle)
+                    reason = missed
+            except Exception as exc:
+                if not replica_failed(exc):
+                    raise
+                replica.failed(exc)
+                reason = "replica_down"
+        raise ReplicaMiss(reason)
+
+    @staticmethod
+    async def _behind(sql: Sql, after: ConsistencyToken | None, deadline: float) -> str | None:
+        """None when this server may serve a read that carries `after` (waiting for its replay until `deadline`),
+        else why not: `other_timeline` (another cluster or timeline: no wait helps) or `lagging`."""
+        if after is None:
+            return None
+        pause = FIRST_POLL_S
+        while True:
+            here = await wal.position(sql)
+            covered = after.covered_by(here.system_id, here.timeline, here.lsn)
+            if covered is None:
+                return "other_timeline"
+            if covered:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "lagging"
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, MAX_POLL_S)
+
+    async def watch(
+        self, head: Callable[[], Awaitable[int]], report: Callable[[str, bool, int | None, float | None], None]
+    ) -> None:
+        """Forever: every `probe_s`, each replica's lag behind the primary (bytes, and seconds since it last replayed
+        a transaction while it is behind), given to `report(label, up, lag_bytes, lag_seconds)`. A replica that
+        answers is usable again at once; one that does not is left alone like after a failed read."""
+        while True:
+            try:
+                primary_at: int | None = await head()
+            except Exception:
+                primary_at = None
+            for replica in self.members:
+                await self._probe(replica, primary_at, report)
+            await asyncio.sleep(self.config.probe_s)
+
+    @staticmethod
+    async def _probe(
+        replica: Replica, primary_at: int | None, report: Callable[[str, bool, int | None, float | None], None]
+    ) -> None:
+        try:
+            async with replica.connection() as sql:
+                state = await asyncio.wait_for(wal.replay(sql), CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            replica.failed(exc)
+            report(replica.label, False, None, None)
+            return
+        replica.down_until = 0.0
+        if state.replayed is None or primary_at is None:  # promoted (it is a primary now), or the primary is down
+            report(replica.label, True, 0 if state.replayed is None else None, 0.0 if state.replayed is None else None)
+            return
+        behind = max(0, primary_at - state.replayed)
+        report(replica.label, True, behind, 0.0 if behind == 0 else state.since_last_replay_s)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(r.close() for r in self.members), return_exceptions=True)
+
+
+
+def parse_urls(value: str | None) -> Sequence[str]:
+    """`LETHE_DATABASE_REPLICA_URLS`: comma-separated, blanks ignored."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
