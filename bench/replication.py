@@ -142,6 +142,7 @@ class ReplicaPair:
         self.root = root
         self.primary = primary
         self.replica = replica
+        self.promoted = False  # the replica was promoted: it replicates nothing any more
 
     @classmethod
     def create(cls, root: Path | None = None, *, durable: bool = True) -> ReplicaPair:
@@ -208,6 +209,7 @@ class ReplicaPair:
     def promote(self) -> None:
         """The replica becomes a primary on a new timeline (a failover)."""
         _run(_bin("pg_ctl"), "-D", str(self.replica.pgdata), "-w", "-t", "120", "promote")
+        self.promoted = True
 
     def stop(self) -> None:
         for server in (self.replica, self.primary):
