@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,11 +28,13 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import psutil
 
 from bench.serve import free_port
@@ -93,6 +96,16 @@ def query(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
             await conn.close()
 
     return asyncio.run(run())
+
+
+def served_reads(base_url: str) -> Counter[tuple[str, str]]:
+    """A Lethe server's `lethe_reads_total` (reads a replica may serve) as {(served_by, reason): count}."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in httpx.get(f"{base_url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("lethe_reads_total{"):
+            labels = dict(re.findall(r'([a-z_]+)="([^"]*)"', line))
+            counts[(labels["served_by"], labels["reason"])] = int(float(line.rsplit(" ", 1)[1]))
+    return counts
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from bench.replication import ReplicaPair
+from bench.replication import ReplicaPair, served_reads
 from bench.serve import LetheServer, serving
 from tests.support import BOOTSTRAP_KEY, POLL_S
 
@@ -37,11 +37,7 @@ def metric(base_url: str, name: str) -> dict[tuple[tuple[str, str], ...], float]
 
 def reads(base_url: str) -> Counter[tuple[str, str]]:
     """`lethe_reads_total` as {(served_by, reason): count}."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for labels, value in metric(base_url, "lethe_reads_total").items():
-        named = dict(labels)
-        counts[(named["served_by"], named["reason"])] = int(value)
-    return counts
+    return served_reads(base_url)
 
 
 def served(base_url: str, before: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
