@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError
@@ -82,6 +82,42 @@ def replica_failed(exc: BaseException) -> bool:
     return False
 
 
+class _Memo(Protocol):
+    """Where a connection keeps the position its server had last time it was asked (None: never asked)."""
+
+    def seen(self) -> wal.Position | None: ...
+
+    def saw(self, position: wal.Position) -> None: ...
+
+
+class _RememberingConnection(asyncpg.Connection):  # type: ignore[misc]
+    """A replica connection that remembers its server's position when last asked. A server's replay only moves
+    forward while it runs, and a connection dies with its server (a restarted replica may reopen *behind* where it
+    was, at its last consistent point), so a token at or below what this connection saw needs no new look."""
+
+    __slots__ = ("_position",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._position: wal.Position | None = None
+
+    def seen(self) -> wal.Position | None:
+        return self._position
+
+    def saw(self, position: wal.Position) -> None:
+        self._position = position
+
+
+class _NoMemo:
+    """An ORM session's connection keeps nothing (its reads are heavier; one more look costs little there)."""
+
+    def seen(self) -> wal.Position | None:
+        return None
+
+    def saw(self, position: wal.Position) -> None:
+        return None
+
+
 class Replica:
     """One replica: an asyncpg pool for the hot path and a SQLAlchemy engine for ORM reads, both opened on first use
     and neither connecting before a read needs it (a replica that is down at start costs nothing)."""
@@ -107,13 +143,15 @@ class Replica:
         self.down_until = time.monotonic() + DOWN_S
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Sql]:
+    async def connection(self) -> AsyncIterator[tuple[Sql, Sql, _Memo]]:
+        """(what the read works on, where its position is read, the connection's memo): an asyncpg connection."""
         pool = self._pool or await self._open_pool()
-        async with pool.acquire() as connection:
-            yield OnConnection(connection)
+        async with pool.acquire() as connection:  # a proxy: `seen`/`saw` reach the _RememberingConnection
+            sql = OnConnection(connection)
+            yield sql, sql, cast(_Memo, connection)
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[AsyncSession]:
+    async def session(self) -> AsyncIterator[tuple[AsyncSession, Sql, _Memo]]:
         """A unit of work for reads, as `Database.transaction` gives one on the primary (a standby refuses writes)."""
         if self._sessions is None:
             self._engine = create_async_engine(
@@ -124,13 +162,16 @@ class Replica:
             )
             self._sessions = async_sessionmaker(self._engine, expire_on_commit=False)
         async with self._sessions() as session, session.begin():
-            yield session
+            yield session, InSession(session), _NoMemo()
 
     async def _open_pool(self) -> asyncpg.Pool:
         async with self._pool_lock:
             if self._pool is None:
                 url = self.orm_url.replace("postgresql+asyncpg://", "postgresql://", 1)
-                self._pool = await open_pg_pool(url, self._pool_size, min_size=0, connect_timeout_s=CONNECT_TIMEOUT_S)
+                self._pool = await open_pg_pool(
+                    url, self._pool_size, min_size=0, connect_timeout_s=CONNECT_TIMEOUT_S,
+                    connection_class=_RememberingConnection,
+                )
             return self._pool
 
     async def close(self) -> None:
@@ -158,25 +199,24 @@ class Replicas:
 
     async def run_pg(self, after: ConsistencyToken | None, work: Callable[[Sql], Awaitable[T]]) -> T:
         """`work` on a replica's asyncpg connection, or ReplicaMiss."""
-        return await self._run(after, work, lambda r: r.connection(), lambda sql: sql)
+        return await self._run(after, work, lambda r: r.connection())
 
     async def run_orm(self, after: ConsistencyToken | None, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
         """`work` in a read-only ORM session on a replica, or ReplicaMiss."""
-        return await self._run(after, work, lambda r: r.session(), InSession)
+        return await self._run(after, work, lambda r: r.session())
 
     async def _run(
         self,
         after: ConsistencyToken | None,
         work: Callable[[_S], Awaitable[T]],
-        open_: Callable[[Replica], contextlib.AbstractAsyncContextManager[_S]],
-        as_sql: Callable[[_S], Sql],
+        open_: Callable[[Replica], contextlib.AbstractAsyncContextManager[tuple[_S, Sql, _Memo]]],
     ) -> T:
         deadline = time.monotonic() + self.config.wait_s
         reason = "replica_down"
         for replica in self._rotation():
             try:
-                async with open_(replica) as handle:
-                    missed = await self._behind(as_sql(handle), after, deadline)
+                async with open_(replica) as (handle, sql, memo):
+                    missed = await self._behind(sql, memo, after, deadline)
                     if missed is None:
                         return await work(handle)
                     reason = missed
@@ -188,14 +228,18 @@ class Replicas:
         raise ReplicaMiss(reason)
 
     @staticmethod
-    async def _behind(sql: Sql, after: ConsistencyToken | None, deadline: float) -> str | None:
+    async def _behind(sql: Sql, memo: _Memo, after: ConsistencyToken | None, deadline: float) -> str | None:
         """None when this server may serve a read that carries `after` (waiting for its replay until `deadline`),
         else why not: `other_timeline` (another cluster or timeline: no wait helps) or `lagging`."""
         if after is None:
             return None
+        seen = memo.seen()
+        if seen is not None and after.covered_by(seen.system_id, seen.timeline, seen.lsn):
+            return None  # this connection's server was past the token already
         pause = FIRST_POLL_S
         while True:
             here = await wal.position(sql)
+            memo.saw(here)
             covered = after.covered_by(here.system_id, here.timeline, here.lsn)
             if covered is None:
                 return "other_timeline"
@@ -227,7 +271,7 @@ class Replicas:
         replica: Replica, primary_at: int | None, report: Callable[[str, bool, int | None, float | None], None]
     ) -> None:
         try:
-            async with replica.connection() as sql:
+            async with replica.connection() as (sql, _, _):
                 state = await asyncio.wait_for(wal.replay(sql), CONNECT_TIMEOUT_S)
         except Exception as exc:
             replica.failed(exc)

@@ -160,27 +160,32 @@ def test_a_killed_replica_sends_reads_to_the_primary_without_one_error(
                     statuses[r.status_code] += 1
                     assert r.status_code != 200 or r.json()["value"] == "v"
                 except (httpx.TransportError, AssertionError) as exc:
-                    failures.append(repr(exc))
+                    failures.append(f"{time.monotonic() - started:.3f}s {exc!r}")
 
+    started, events = time.monotonic(), {}  # when things happened, to read a failure against
     readers = [threading.Thread(target=read_on, args=(i % 2 == 0,)) for i in range(4)]
     before = reads(server.url)
     for t in readers:
         t.start()
     try:
         _until(lambda: served(server.url, before)[("replica", "token")] > 5, "tokened reads on the replica")
+        events["killed"] = time.monotonic() - started
         pair.replica.kill()
         _until(lambda: served(server.url, before)[("primary", "replica_down")] > 0, "reads falling back")
+        events["fell back"] = time.monotonic() - started
         fell_back = sum(statuses.values())
         _until(lambda: sum(statuses.values()) > fell_back + 50, "reads going on without the replica")
+        events["restarting"] = time.monotonic() - started
         pair.replica.start()
         pair.wait_caught_up()
+        events["caught up"] = time.monotonic() - started
         back = served(server.url, before)[("replica", "untokened")]
         _until(lambda: served(server.url, before)[("replica", "untokened")] > back + 5, "the replica serving again")
     finally:
         stop.set()
         for t in readers:
             t.join(timeout=120)
-    assert failures == []
+    assert failures == [], (events, server.log_tail())
     assert set(statuses) == {200}, statuses  # not one 5xx
 
 
