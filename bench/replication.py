@@ -4,6 +4,7 @@ The tests of read replicas (tests/replicas/) and `bench.memory_bench --replica` 
 README's "Read replicas" section without a PostgreSQL of their own:
 
     python -m bench.replication up /tmp/lethe-pair      # prints LETHE_DATABASE_URL and LETHE_DATABASE_REPLICA_URLS
+    python -m bench.replication catch-up /tmp/lethe-pair  # returns once the replica has replayed all there is
     python -m bench.replication pause /tmp/lethe-pair   # the replica stops replaying (it lags from now on)
     python -m bench.replication resume /tmp/lethe-pair
     python -m bench.replication down /tmp/lethe-pair    # stops both servers and removes the directory
@@ -239,7 +240,7 @@ class ReplicaPair:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["up", "down", "pause", "resume"])
+    parser.add_argument("action", choices=["up", "down", "catch-up", "pause", "resume"])
     parser.add_argument("root", type=Path, help="a directory of the pair's own")
     args = parser.parse_args()
     root: Path = args.root.resolve()
@@ -251,6 +252,8 @@ def main() -> None:
     pair = ReplicaPair.load(root)
     if args.action == "down":
         pair.destroy()
+    elif args.action == "catch-up":
+        pair.wait_caught_up()
     elif args.action == "pause":
         pair.pause_replay()
     else:

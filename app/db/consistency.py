@@ -52,19 +52,19 @@ class ConsistencyToken:
         return position >= self.lsn
 
 
-def end_of_records(insert_lsn: int, *, block_size: int, segment_size: int) -> int:
-    """`pg_current_wal_insert_lsn()` as the end of the last record inserted.
+def end_of_records(lsn: int, *, block_size: int, segment_size: int) -> int:
+    """A primary's WAL position as the end of the last record before it.
 
-    The insert position is always at or past a committed transaction's commit record, however the commit was
-    flushed (an asynchronous commit included), which is why tokens use it. At the start of a page it points past the
-    page header, where no record ends, while a replica reports the end of the last record it replayed: the page's
-    start. Without this, a replica that has replayed everything would look a header short of it until more WAL came.
+    `pg_current_wal_insert_lsn()` (what a token holds where commits are asynchronous, app/db/repositories/wal.py)
+    points past the page header at the start of a page, where no record ends, while a replica reports the end of the
+    last record it replayed: the page's start. Without this, a replica that has replayed everything would look a
+    header short of it until more WAL came. Positions inside a page are left as they are.
     """
-    if insert_lsn % segment_size == LONG_PAGE_HEADER:
-        return insert_lsn - LONG_PAGE_HEADER
-    if insert_lsn % block_size == SHORT_PAGE_HEADER:
-        return insert_lsn - SHORT_PAGE_HEADER
-    return insert_lsn
+    if lsn % segment_size == LONG_PAGE_HEADER:
+        return lsn - LONG_PAGE_HEADER
+    if lsn % block_size == SHORT_PAGE_HEADER:
+        return lsn - SHORT_PAGE_HEADER
+    return lsn
 
 
 def timeline_of(walfile: str) -> int:

@@ -15,12 +15,19 @@ from app.db.consistency import ConsistencyToken, end_of_records, timeline_of
 from app.db.statements import Sql, Statement
 
 # One statement for both kinds of server, so a replica URL that now names a promoted server still answers.
-# The CASE branches are evaluated lazily: `pg_current_wal_insert_lsn()` and `pg_walfile_name()` fail in recovery.
+# The CASE branches are evaluated lazily: `pg_current_wal_*_lsn()` and `pg_walfile_name()` fail in recovery.
+# On a primary: where WAL is flushed to. A commit with synchronous_commit on (or local, remote_*) returns, and becomes
+# visible to others, only once its commit record is flushed, so the flush position read after it covers it; and a
+# replica can replay only flushed WAL, so a token that named the *insert* position would make reads wait for other
+# transactions' commits still flushing. Where commits are asynchronous (synchronous_commit off) a visible commit may
+# not be flushed yet: there the insert position, which always covers it.
 _POSITION = Statement(
     """
     SELECT s.system_identifier AS system_id,
            r.standby,
-           CASE WHEN r.standby THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END AS position,
+           CASE WHEN r.standby THEN pg_last_wal_replay_lsn()
+                WHEN current_setting('synchronous_commit') = 'off' THEN pg_current_wal_insert_lsn()
+                ELSE pg_current_wal_flush_lsn() END AS position,
            CASE WHEN r.standby
                 THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver),
                               (SELECT timeline_id FROM pg_control_checkpoint()))::bigint END AS standby_timeline,
