@@ -27,7 +27,7 @@ from bench.serve import serving
 class Phase:
     label: str
     stats: Stats
-    cpu: dict[str, float]
+    cpu: Counter[str]  # CPU seconds by process
     routed: Counter[tuple[str, str]]
     errors: list[str]
 
@@ -50,7 +50,7 @@ def _phase(pair: ReplicaPair, label: str, replica: bool, clients: int, processes
         before = {name: cpu_by_pid(root) for name, root in roots.items()}
         routed_before = served_reads(lethe.url)
         stats, generator_cpu = run(lethe.url, clients, processes, duration, n_keys, [prefix + n for n in NAMESPACES])
-        cpu = {name: cpu_used(root, before[name]) for name, root in roots.items()}
+        cpu = Counter({name: cpu_used(root, before[name]) for name, root in roots.items()})
         cpu["load generator"] = generator_cpu
         routed = served_reads(lethe.url)
         routed.subtract(routed_before)
@@ -66,15 +66,33 @@ def _line(phase: Phase, duration: float) -> str:
             f"read {pct(reads, 50):.1f} / {pct(reads, 99):.1f} ms")
 
 
-def compare(clients: int, processes: int, duration: float, n_keys: int, workers: int) -> int:
+def _merged(runs: list[Phase]) -> Phase:
+    first = runs[0]
+    merged = Phase(first.label, Stats(), Counter(), Counter(), [])
+    for run_ in runs:
+        merged.stats.merge(run_.stats)
+        merged.cpu.update(run_.cpu)
+        merged.routed.update(run_.routed)
+        merged.errors.extend(run_.errors)
+    return merged
+
+
+def compare(clients: int, processes: int, duration: float, n_keys: int, workers: int, rounds: int = 1) -> int:
+    """`rounds` > 1 alternates the two setups (alone, replica, alone, ...) and adds up each one's runs, so a machine
+    whose load drifts during the run weighs on both alike; figures are then over `rounds` x `duration` seconds."""
     pair = ReplicaPair.create()
+    runs: dict[bool, list[Phase]] = {False: [], True: []}
     try:
-        phases = [
-            _phase(pair, "primary alone", False, clients, processes, duration, n_keys, workers, "a-"),
-            _phase(pair, "primary + 1 replica", True, clients, processes, duration, n_keys, workers, "b-"),
-        ]
+        for i in range(rounds):
+            for replica, label in ((False, "primary alone"), (True, "primary + 1 replica")):
+                prefix = f"{'b' if replica else 'a'}{i}-"
+                runs[replica].append(
+                    _phase(pair, label, replica, clients, processes, duration, n_keys, workers, prefix)
+                )
     finally:
         pair.destroy()
+    phases = [_merged(runs[False]), _merged(runs[True])]
+    duration *= rounds
     code = 0
     for phase in phases:
         code |= report(phase.stats, duration, clients, title=f" ({phase.label})", per_reader=True)

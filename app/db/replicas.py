@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 import asyncpg
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from app.db.consistency import ConsistencyToken
@@ -42,9 +42,6 @@ _S = TypeVar("_S")  # what a read works on: an asyncpg connection's Sql, or an O
 DOWN_S = 1.0  # a replica that failed is left alone this long (then one read, or the watch, tries it again)
 CONNECT_TIMEOUT_S = 2.0  # a replica host that does not answer must not hold a read longer than this
 FIRST_POLL_S, MAX_POLL_S = 0.001, 0.02  # a tokened read waiting for replay looks again, backing off
-# SQLSTATEs of a replica that cannot answer now: connection exceptions, operator intervention (shutdown, starting
-# up, a conflict with recovery that ends the session), too many connections, and a query cancelled by replay.
-_REPLICA_STATES = ("08", "57P", "53300", "40001")
 
 
 @dataclass(frozen=True)
@@ -64,22 +61,10 @@ class ReplicaMiss(Exception):
 
 
 def replica_failed(exc: BaseException) -> bool:
-    """Whether `exc` says the replica cannot answer now, rather than something about the request."""
-    seen: BaseException | None = exc
-    for _ in range(4):  # SQLAlchemy wraps the driver's error, which may wrap the socket's
-        if seen is None:
-            return False
-        if isinstance(seen, DBAPIError) and seen.connection_invalidated:
-            return True
-        if isinstance(seen, OSError | TimeoutError | asyncpg.PostgresConnectionError):
-            return True
-        if isinstance(seen, asyncpg.InterfaceError) and "closed" in str(seen):
-            return True
-        state = getattr(seen, "sqlstate", None)
-        if isinstance(state, str) and state.startswith(_REPLICA_STATES):
-            return True
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return False
+    """Whether `exc` came from the replica's side, its connection or its database (down, restarting, a query
+    cancelled by replay, a replica that lacks the schema), rather than from the request's own logic: the primary then
+    answers instead, and authoritatively (an error that is really the read's fails there too, and is raised there)."""
+    return isinstance(exc, OSError | TimeoutError | asyncpg.PostgresError | asyncpg.InterfaceError | SQLAlchemyError)
 
 
 class _Memo(Protocol):

@@ -82,3 +82,24 @@ def test_per_reader_history_holds_a_read_to_its_own_readers_forgets() -> None:
     ops.append(Op("read", "k", 2.0, 3.0, 200, version=1, tag=None, reader="a"))
     counts = check_history(ops, per_reader=True)
     assert counts["stale_reads"] == 1 and counts["resurrections"] == 1
+
+
+def test_what_sends_a_read_from_the_replica_to_the_primary() -> None:
+    """Anything from the replica's side (connection, database) reads the primary instead; the request's own errors
+    (a domain error such as a 404) are the answer."""
+    import asyncpg
+    from sqlalchemy.exc import OperationalError
+
+    from app.db.replicas import replica_failed
+    from app.errors import NotFound
+
+    for failure in (
+        ConnectionRefusedError(), TimeoutError(), asyncpg.exceptions.CannotConnectNowError("starting up"),
+        asyncpg.exceptions.SerializationError("canceling statement due to conflict with recovery"),
+        asyncpg.exceptions.UndefinedTableError('relation "memory_records" does not exist'),
+        asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+        OperationalError("SELECT 1", {}, ConnectionResetError()),
+    ):
+        assert replica_failed(failure), failure
+    assert not replica_failed(NotFound("no session"))
+    assert not replica_failed(ValueError("a bug"))
