@@ -23,7 +23,7 @@ from app.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
-_TOKEN_SCHEMA = {"type": "string", "pattern": TOKEN_PATTERN, "example": "v1:7715035792987635977:1:0/3017A58"}
+_TOKEN_SCHEMA = {"type": "string", "pattern": TOKEN_PATTERN, "example": "v16b11e6a2e4b1a0c9000000010000000003017a58"}
 TOKEN_HEADER: dict[str, Any] = {
     HEADER: {
         "description": "The primary's WAL position once this write was durable, tagged with the cluster and "
@@ -55,8 +55,8 @@ async def read_from(
         return replica_after(None)
     try:
         return replica_after(ConsistencyToken.parse(token))
-    except ValueError:
-        raise InvalidRequest(f"{HEADER} is not a token this service handed out", header=HEADER) from None
+    except ValueError:  # the header's pattern lets only tokens through; this keeps the rule here too
+        raise InvalidRequest(f"{HEADER} is not a token this service hands out", header=HEADER) from None
 
 
 ReadFromDep = Annotated[ReadFrom, Depends(read_from)]

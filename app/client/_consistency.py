@@ -13,16 +13,14 @@ import re
 import threading
 
 HEADER = "Lethe-Consistency"
-_V1 = re.compile(r"^v1:([0-9]+):([0-9]+):([0-9A-Fa-f]+)/([0-9A-Fa-f]+)$")
+_V1 = re.compile(r"^v1[0-9a-f]{40}$")  # v1, then system identifier (16 hex), timeline (8), WAL position (16)
 
 
 def _order(token: str) -> tuple[str, int, int] | None:
     """(cluster, timeline, position) of a token this client understands; None for any other."""
-    found = _V1.match(token)
-    if found is None:
+    if not _V1.match(token):
         return None
-    cluster, timeline, high, low = found.groups()
-    return cluster, int(timeline), (int(high, 16) << 32) | int(low, 16)
+    return token[2:18], int(token[18:26], 16), int(token[26:42], 16)
 
 
 def newer(current: str | None, seen: str) -> str:

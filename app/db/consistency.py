@@ -1,10 +1,10 @@
 """Consistency tokens: a point in the primary's history that a later read must not be older than (read-your-forgets).
 
 A token is the primary's WAL position after a write committed, tagged with the cluster's system identifier and the
-timeline it was written on: `v1:<system identifier>:<timeline>:<LSN>` (the LSN in PostgreSQL's `X/Y` notation, so an
-operator can compare it with `pg_last_wal_replay_lsn()`). A streaming replica whose replay has passed the position
-holds everything committed before it, the forget included; one that has not, or one on another cluster or timeline,
-must not serve a read that carries it (app/db/replicas.py).
+timeline it was written on: `v1` and 40 lowercase hex digits, the system identifier (16), the timeline (8) and the
+LSN (16), so it travels in any header and every string of that shape is a token. A streaming replica whose replay
+has passed the position holds everything committed before it, the forget included; one that has not, or one on
+another cluster or timeline, must not serve a read that carries it (app/db/replicas.py).
 
 `ReadFrom` is what a read asks of the router: the primary, any replica (eventually consistent), or a replica that
 has replayed past a token.
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 HEADER = "Lethe-Consistency"
-TOKEN_PATTERN = r"^v1:[0-9]{1,20}:[0-9]{1,10}:[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
+TOKEN_PATTERN = r"^v1[0-9a-f]{40}$"
 _TOKEN = re.compile(TOKEN_PATTERN)
 
 # WAL page headers (64-bit builds): every page starts with one, the first page of a segment with the long one.
@@ -27,22 +27,17 @@ SHORT_PAGE_HEADER, LONG_PAGE_HEADER = 24, 40
 class ConsistencyToken:
     system_id: int  # pg_control_system().system_identifier: the same on a primary and its physical replicas
     timeline: int  # a promotion starts a new one; positions on different timelines are not comparable
-    lsn: int
+    lsn: int  # pg_lsn as a number: `X/Y` is (X << 32) | Y
 
     def encode(self) -> str:
-        return f"v1:{self.system_id}:{self.timeline}:{self.lsn >> 32:X}/{self.lsn & 0xFFFFFFFF:X}"
+        return f"v1{self.system_id:016x}{self.timeline:08x}{self.lsn:016x}"
 
     @classmethod
     def parse(cls, text: str) -> ConsistencyToken:
-        """ValueError for anything Lethe did not hand out (wrong shape, numbers out of PostgreSQL's ranges)."""
+        """ValueError for anything that does not have a token's shape."""
         if not _TOKEN.match(text):
             raise ValueError("not a Lethe-Consistency token")
-        _, system, timeline, position = text.split(":")
-        high, low = (int(part, 16) for part in position.split("/"))
-        token = cls(system_id=int(system), timeline=int(timeline), lsn=(high << 32) | low)
-        if token.system_id >= 1 << 64 or not 1 <= token.timeline < 1 << 32:
-            raise ValueError("not a Lethe-Consistency token")
-        return token
+        return cls(system_id=int(text[2:18], 16), timeline=int(text[18:26], 16), lsn=int(text[26:42], 16))
 
     def covered_by(self, system_id: int, timeline: int, position: int) -> bool | None:
         """Whether a server at `position` (replayed, or written on a primary) holds this token's history: None when
