@@ -312,12 +312,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="LETHE_HTTP_WORKERS of the server")
     parser.add_argument("--replica", action="store_true",
                         help="primary alone against primary + one streaming replica, side by side (no pgbench)")
-    parser.add_argument("--rounds", type=int, default=1, help="--replica: alternate the two setups this many times")
+    parser.add_argument("--rounds", type=int, default=1, help="--replica: alternate the setups this many times")
+    parser.add_argument("--strict", action="store_true",
+                        help="--replica: a third setup, the replica synchronous and forgets with remote_apply")
     args = parser.parse_args()
     if args.replica:
         from bench.memory_replica import compare
 
-        sys.exit(compare(args.clients, max(1, args.processes), args.duration, args.keys, args.workers, args.rounds))
+        sys.exit(compare(args.clients, max(1, args.processes), args.duration, args.keys, args.workers, args.rounds,
+                         args.strict))
     with serving(LETHE_BOOTSTRAP_API_KEY=API_KEY, LETHE_HTTP_WORKERS=str(args.workers)) as lethe:
         base, log, data = lethe.url, lethe.log, lethe.data_dir
         roots = [psutil.Process(lethe.proc.pid), postmaster(data)]

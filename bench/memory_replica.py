@@ -7,7 +7,9 @@ token with every read, as the Python client does, so the replica serves a read o
 own writes and forgets. Printed: each run's table and history check, then throughput and p99 of both, the share of
 reads the replica served (the server's `lethe_reads_total`), why the others went to the primary, and the CPU of every
 process. On one machine the replica competes with the primary and with Lethe for the same cores: what it adds there
-is a second copy of the data to read, not a second machine.
+is a second copy of the data to read, not a second machine. `--strict` adds a third setup, the replica synchronous
+(`synchronous_standby_names = '*'`) and Lethe's forgets committed with remote_apply (`LETHE_FORGET_REMOTE_APPLY`):
+what strict forgets cost. `--rounds N` alternates the setups N times.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import psutil
 
 from bench.memory_bench import API_KEY, NAMESPACES, Stats, cpu_by_pid, cpu_used, pct, report, run
-from bench.replication import ReplicaPair, Server, served_reads
+from bench.replication import ReplicaPair, Server, query, served_reads
 from bench.serve import serving
 
 
@@ -38,25 +40,52 @@ def _postmaster(server: Server) -> psutil.Process:
     return psutil.Process(pid)
 
 
-def _phase(pair: ReplicaPair, label: str, replica: bool, clients: int, processes: int, duration: float,
-           n_keys: int, workers: int, prefix: str) -> Phase:
+@dataclass(frozen=True)
+class Setup:
+    label: str
+    replica: bool  # the replica serves reads
+    strict: bool = False  # the replica is synchronous and forgets commit with remote_apply
+
+
+SETUPS = (Setup("primary alone", False), Setup("primary + 1 replica", True))
+STRICT = Setup("primary + 1 synchronous replica, strict forgets", True, strict=True)
+
+
+def _phase(pair: ReplicaPair, setup: Setup, clients: int, processes: int, duration: float, n_keys: int,
+           workers: int, prefix: str) -> Phase:
     env = {"LETHE_BOOTSTRAP_API_KEY": API_KEY, "LETHE_HTTP_WORKERS": str(workers),
            "LETHE_DATABASE_URL": pair.primary.url}
-    if replica:
+    if setup.replica:
         env["LETHE_DATABASE_REPLICA_URLS"] = pair.replica.url
-    with serving(**env) as lethe:
-        roots = {"lethe serve": psutil.Process(lethe.proc.pid), "primary": _postmaster(pair.primary),
-                 "replica": _postmaster(pair.replica)}
-        before = {name: cpu_by_pid(root) for name, root in roots.items()}
-        routed_before = served_reads(lethe.url)
-        stats, generator_cpu = run(lethe.url, clients, processes, duration, n_keys, [prefix + n for n in NAMESPACES])
-        cpu = Counter({name: cpu_used(root, before[name]) for name, root in roots.items()})
-        cpu["load generator"] = generator_cpu
-        routed = served_reads(lethe.url)
-        routed.subtract(routed_before)
-        errors = [line for line in lethe.log.read_text().splitlines() if '"level": "error"' in line]
+    if setup.strict:
+        env["LETHE_FORGET_REMOTE_APPLY"] = "true"
+        _synchronous(pair, "'*'")
+    try:
+        with serving(**env) as lethe:
+            roots = {"lethe serve": psutil.Process(lethe.proc.pid), "primary": _postmaster(pair.primary),
+                     "replica": _postmaster(pair.replica)}
+            before = {name: cpu_by_pid(root) for name, root in roots.items()}
+            routed_before = served_reads(lethe.url)
+            namespaces = [prefix + n for n in NAMESPACES]
+            stats, generator_cpu = run(lethe.url, clients, processes, duration, n_keys, namespaces)
+            cpu = Counter({name: cpu_used(root, before[name]) for name, root in roots.items()})
+            cpu["load generator"] = generator_cpu
+            routed = served_reads(lethe.url)
+            routed.subtract(routed_before)
+            errors = [line for line in lethe.log.read_text().splitlines() if '"level": "error"' in line]
+    finally:
+        if setup.strict:
+            _synchronous(pair, None)
     pair.wait_caught_up()
-    return Phase(label, stats, cpu, +routed, errors)
+    return Phase(setup.label, stats, cpu, +routed, errors)
+
+
+def _synchronous(pair: ReplicaPair, names: str | None) -> None:
+    """`synchronous_standby_names` on the primary: '*' makes the replica synchronous, None resets it."""
+    admin = pair.primary.url
+    query(admin, "ALTER SYSTEM RESET synchronous_standby_names" if names is None
+          else f"ALTER SYSTEM SET synchronous_standby_names = {names}")
+    query(admin, "SELECT pg_reload_conf()")
 
 
 def _line(phase: Phase, duration: float) -> str:
@@ -77,21 +106,23 @@ def _merged(runs: list[Phase]) -> Phase:
     return merged
 
 
-def compare(clients: int, processes: int, duration: float, n_keys: int, workers: int, rounds: int = 1) -> int:
-    """`rounds` > 1 alternates the two setups (alone, replica, alone, ...) and adds up each one's runs, so a machine
-    whose load drifts during the run weighs on both alike; figures are then over `rounds` x `duration` seconds."""
+def compare(
+    clients: int, processes: int, duration: float, n_keys: int, workers: int, rounds: int = 1, strict: bool = False
+) -> int:
+    """`rounds` > 1 alternates the setups (alone, replica, alone, ...) and adds up each one's runs, so a machine
+    whose load drifts during the run weighs on all alike; figures are then over `rounds` x `duration` seconds.
+    `strict` adds a third setup: the replica synchronous, forgets with remote_apply (what strict forgets cost)."""
+    setups = [*SETUPS, STRICT] if strict else list(SETUPS)
     pair = ReplicaPair.create()
-    runs: dict[bool, list[Phase]] = {False: [], True: []}
+    runs: dict[Setup, list[Phase]] = {setup: [] for setup in setups}
     try:
         for i in range(rounds):
-            for replica, label in ((False, "primary alone"), (True, "primary + 1 replica")):
-                prefix = f"{'b' if replica else 'a'}{i}-"
-                runs[replica].append(
-                    _phase(pair, label, replica, clients, processes, duration, n_keys, workers, prefix)
-                )
+            for n, setup in enumerate(setups):
+                prefix = f"s{n}r{i}-"
+                runs[setup].append(_phase(pair, setup, clients, processes, duration, n_keys, workers, prefix))
     finally:
         pair.destroy()
-    phases = [_merged(runs[False]), _merged(runs[True])]
+    phases = [_merged(runs[setup]) for setup in setups]
     duration *= rounds
     code = 0
     for phase in phases:
@@ -99,19 +130,21 @@ def compare(clients: int, processes: int, duration: float, n_keys: int, workers:
         if phase.errors:
             print(f"server logged {len(phase.errors)} errors, first: {phase.errors[0][:500]}")
             code = 1
-    alone, replicated = phases
     totals = [sum(len(v) for v in p.stats.latency.values()) for p in phases]
-    routed = replicated.routed
+    routed = phases[1].routed
     by_replica = sum(n for (by, _), n in routed.items() if by == "replica")
     fallbacks = ", ".join(f"{reason} {n}" for (by, reason), n in sorted(routed.items()) if by == "primary") or "none"
     print(f"\nread replicas, one run: {clients} clients, {duration:.0f} s each, {workers} HTTP worker(s), "
           f"{os.cpu_count()} cores")
-    print(f"  primary alone:       {_line(alone, duration)}")
-    print(f"  primary + 1 replica: {_line(replicated, duration)}; throughput x{totals[1] / max(1, totals[0]):.2f}")
-    print(f"  reads the replica served: {by_replica} of {sum(routed.values())} "
+    for phase, total in zip(phases, totals, strict=True):
+        print(f"  {phase.label}: {_line(phase, duration)}; throughput x{total / max(1, totals[0]):.2f}")
+    print(f"  reads the replica served ({phases[1].label}): {by_replica} of {sum(routed.values())} "
           f"({100 * by_replica / max(1, sum(routed.values())):.1f} %; with a token "
           f"{routed[('replica', 'token')]}, without {routed[('replica', 'untokened')]}); "
           f"read the primary instead: {fallbacks}")
+    for phase in phases:
+        forgets = phase.stats.latency["forget"]
+        print(f"  forget p50 / p99 ({phase.label}): {pct(forgets, 50):.1f} / {pct(forgets, 99):.1f} ms")
     for phase in phases:
         print(f"  CPU ({phase.label}): " + ", ".join(f"{k} {v / duration:.2f}" for k, v in phase.cpu.items()))
     return code
