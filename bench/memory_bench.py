@@ -315,12 +315,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="--replica: alternate the setups this many times")
     parser.add_argument("--strict", action="store_true",
                         help="--replica: a third setup, the replica synchronous and forgets with remote_apply")
+    parser.add_argument("--fsync-off", action="store_true",
+                        help="--replica: fsync off on both servers (a busy shared disk otherwise dominates)")
     args = parser.parse_args()
     if args.replica:
         from bench.memory_replica import compare
 
         sys.exit(compare(args.clients, max(1, args.processes), args.duration, args.keys, args.workers, args.rounds,
-                         args.strict))
+                         args.strict, durable=not args.fsync_off))
     with serving(LETHE_BOOTSTRAP_API_KEY=API_KEY, LETHE_HTTP_WORKERS=str(args.workers)) as lethe:
         base, log, data = lethe.url, lethe.log, lethe.data_dir
         roots = [psutil.Process(lethe.proc.pid), postmaster(data)]

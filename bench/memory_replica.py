@@ -107,13 +107,17 @@ def _merged(runs: list[Phase]) -> Phase:
 
 
 def compare(
-    clients: int, processes: int, duration: float, n_keys: int, workers: int, rounds: int = 1, strict: bool = False
+    clients: int, processes: int, duration: float, n_keys: int, workers: int, rounds: int = 1, strict: bool = False,
+    durable: bool = True,
 ) -> int:
     """`rounds` > 1 alternates the setups (alone, replica, alone, ...) and adds up each one's runs, so a machine
     whose load drifts during the run weighs on all alike; figures are then over `rounds` x `duration` seconds.
-    `strict` adds a third setup: the replica synchronous, forgets with remote_apply (what strict forgets cost)."""
+    `strict` adds a third setup: the replica synchronous, forgets with remote_apply (what strict forgets cost).
+    `durable=False` turns fsync off on both servers: on a disk shared with other load every commit (and every WAL
+    flush on the replica, which replays only what it flushed) waits for it, which hides everything else."""
     setups = [*SETUPS, STRICT] if strict else list(SETUPS)
-    pair = ReplicaPair.create()
+    load = os.getloadavg()  # the machine is shared: what else was running, for the reader of the figures
+    pair = ReplicaPair.create(durable=durable)
     runs: dict[Setup, list[Phase]] = {setup: [] for setup in setups}
     try:
         for i in range(rounds):
@@ -135,7 +139,8 @@ def compare(
     by_replica = sum(n for (by, _), n in routed.items() if by == "replica")
     fallbacks = ", ".join(f"{reason} {n}" for (by, reason), n in sorted(routed.items()) if by == "primary") or "none"
     print(f"\nread replicas, one run: {clients} clients, {duration:.0f} s each, {workers} HTTP worker(s), "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores, fsync {'on' if durable else 'off'}, load average before "
+          + " ".join(f"{x:.1f}" for x in load))
     for phase, total in zip(phases, totals, strict=True):
         print(f"  {phase.label}: {_line(phase, duration)}; throughput x{total / max(1, totals[0]):.2f}")
     print(f"  reads the replica served ({phases[1].label}): {by_replica} of {sum(routed.values())} "
