@@ -63,7 +63,7 @@ def create_app(
         url = await resolve_database_url(settings)
         if not prepared:
             await upgrade_to_head_async(url)
-        db = Database(url, pool_size=settings.db_pool_size)
+        db = Database.from_settings(url, settings, metrics=metrics)
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
         if not prepared:
             await tenants.bootstrap(settings)
@@ -83,6 +83,7 @@ def create_app(
         slot.task = asyncio.create_task(slot.load(), name="engine-load")
         container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
         container.background.append(asyncio.create_task(container.job_events.run(), name="job-events"))
+        container.background.append(asyncio.create_task(db.watch_replicas(), name="replica-watch"))
         log.info("lethe started", extra={
             "engine": settings.engine.value, "version": __version__,
             "role": "http-worker" if engine_process is not None else "server",

@@ -26,6 +26,24 @@ class Settings(BaseSettings):
         default=None,
         description="External PostgreSQL with pgvector (postgresql://...). Unset: embedded pgserver in data_dir.",
     )
+    database_replica_urls: SecretStr | None = Field(
+        default=None,
+        description="Comma-separated postgresql:// URLs of streaming replicas of the database; memory, session and "
+        "listing reads may be served there (writes, forgets, turns and leases stay on the primary).",
+    )
+    replica_wait_ms: int = Field(
+        default=200, ge=0, le=60_000,
+        description="How long a read carrying a Lethe-Consistency token waits for a replica to replay past it before "
+        "it reads the primary instead.",
+    )
+    replica_probe_s: float = Field(
+        default=5.0, gt=0, le=3600, description="How often each process measures the replicas' lag (metrics)."
+    )
+    forget_remote_apply: bool = Field(
+        default=False,
+        description="Strict forgets: a forget commits with synchronous_commit = remote_apply, so it returns only once "
+        "the synchronous standbys (synchronous_standby_names) have applied it; forgets block while they are down.",
+    )
     data_dir: Path = Field(default=Path(".lethe"), description="Embedded database, converted model, job scratch.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

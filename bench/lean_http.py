@@ -20,11 +20,12 @@ class TransportError(Exception):
 
 
 class Response:
-    __slots__ = ("body", "status")
+    __slots__ = ("body", "consistency", "status")
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, consistency: str | None = None) -> None:
         self.status = status
         self.body = body
+        self.consistency = consistency  # the Lethe-Consistency header, the one header a load generator needs
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else {}
@@ -58,11 +59,14 @@ class _Protocol(asyncio.Protocol):
         head = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
         status = int(head[0].split(" ", 2)[1])
         length = 0
+        consistency = None
         for line in head[1:]:
             name, _, value = line.partition(":")
             name = name.lower()
             if name == "content-length":
                 length = int(value)
+            elif name == "lethe-consistency":
+                consistency = value.strip()
             elif name == "transfer-encoding":
                 self.waiter.set_exception(TransportError(f"unexpected transfer-encoding: {value.strip()}"))
                 return
@@ -71,7 +75,7 @@ class _Protocol(asyncio.Protocol):
             return
         body = bytes(self.buffer[end + 4 : total])
         del self.buffer[:total]
-        self.waiter.set_result(Response(status, body))
+        self.waiter.set_result(Response(status, body, consistency))
 
 
 class Connection:

@@ -1,7 +1,7 @@
 """Memory API load: 32 concurrent clients mixing reads, conditional writes and forgets against a real `lethe serve`.
 
     python -m bench.memory_bench [--workers 2] [--clients 32] [--processes 1] [--duration 30] [--keys 256]
-                                 [--no-pgbench]
+                                 [--no-pgbench] [--replica]
 
 Starts `lethe serve` itself (bench.serve: embedded PostgreSQL in a temp dir, the converted model from .lethe/models),
 drives it over HTTP for a fixed time, then prints throughput and p50/p99 latency per operation and how many writes
@@ -18,7 +18,14 @@ same run and on the same database, pgbench drives PostgreSQL alone with the same
 
 Clients behave like agents: each remembers the version it last saw of a key and writes based on it, so with many
 clients on a few hundred keys a good share of writes are stale, and some are based on a version from before a
-forget: exactly the writes the tombstones must reject.
+forget: exactly the writes the tombstones must reject. Each also keeps the newest Lethe-Consistency token its
+answers carried and sends it with its reads, as the Python client does.
+
+`--replica`: a PostgreSQL primary and a streaming replica of it on loopback (bench/replication.py), and the same load
+twice in one run, side by side: Lethe on the primary alone, then Lethe on the primary with the replica as its read
+replica. Printed: throughput and p50/p99 of both, the share of reads the replica served, and the history check of
+each, the replica's held per client (no client reads what it saw forgotten; reads that missed another client's
+forget are eventual consistency, counted apart).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import httpx
 import psutil
 import uvloop
 
+from app.client._consistency import newer
 from bench.lean_http import Connection, TransportError
 from bench.memory_history import VIOLATIONS, Op, check_history
 from bench.serve import serving
@@ -80,38 +88,54 @@ class Stats:
         self.history.extend(other.history)
 
 
-async def seed(base: str, keys: list[str]) -> None:
+async def seed(base: str, keys: list[str], namespaces: list[str]) -> None:
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60) as c:
-        for ns in NAMESPACES:
+        for ns in namespaces:
             writes = [{"key": k, "value": {"fact": k, "v": 0}, "base_version": 0, "source": "user"} for k in keys]
             r = await c.post(f"/v1/memory/{ns}:batch", json={"atomic": True, "writes": writes})
             r.raise_for_status()
 
 
-async def agent(conn: Connection, keys: list[str], until: float, seed_: int, stats: Stats) -> None:
+@dataclass
+class Agent:
+    """What one agent remembers: the version it last saw of each key, and the newest consistency token."""
+
+    name: str
+    seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    token: str | None = None
+
+    def observe(self, token: str | None) -> None:
+        if token:
+            self.token = newer(self.token, token)
+
+
+async def agent(
+    conn: Connection, keys: list[str], namespaces: list[str], until: float, seed_: int, stats: Stats
+) -> None:
     rng = random.Random(seed_)
-    seen: dict[tuple[str, str], int] = {}
+    me = Agent(f"agent-{seed_}")
     ops = [op for op, _ in MIX]
     weights = [w for _, w in MIX]
     while time.time() < until:
-        ns, key = rng.choice(NAMESPACES), rng.choice(keys)
+        ns, key = rng.choice(namespaces), rng.choice(keys)
         kind = rng.choices(ops, weights)[0]
         t0 = time.monotonic()
         try:
-            op = await one(conn, kind, ns, key, seen, stats)
+            op = await one(conn, kind, ns, key, me, stats)
         except TransportError as exc:  # counted and reported: the run then fails
             stats.transport_errors.append(f"{kind} {ns}/{key}: {exc}")
             return  # this connection is gone; the agent stops rather than hide the error behind a reconnect
-        op.start, op.end = t0, time.monotonic()
+        op.start, op.end, op.reader = t0, time.monotonic(), me.name
         stats.record(op)
 
 
-async def one(conn: Connection, kind: str, ns: str, key: str, seen: dict[tuple[str, str], int], stats: Stats) -> Op:
+async def one(conn: Connection, kind: str, ns: str, key: str, me: Agent, stats: Stats) -> Op:
     """One request of an agent, as a history entry (its times are set by the caller)."""
     path = f"/v1/memory/{ns}/{key}"
     name = f"{ns}/{key}"
+    seen = me.seen
     if kind == "read":
-        r = await conn.request("GET", path)
+        r = await conn.request("GET", path, headers={"Lethe-Consistency": me.token} if me.token else None)
         body = r.json()
         seen[(ns, key)] = body.get("version", 0)
         tag = body["value"].get("n") if r.status == 200 else None
@@ -122,6 +146,7 @@ async def one(conn: Connection, kind: str, ns: str, key: str, seen: dict[tuple[s
         cond = {"If-None-Match": "*"} if base == 0 else {"If-Match": f'"{base}"'}
         tag = uuid.uuid4().hex
         r = await conn.request("PUT", path, {"value": {"fact": key, "n": tag}, "source": "agent"}, cond)
+        me.observe(r.consistency)
         body = r.json()
         if r.status == 412:
             stats.stale_rejected += 1
@@ -132,6 +157,7 @@ async def one(conn: Connection, kind: str, ns: str, key: str, seen: dict[tuple[s
         version = body.get("version") if r.status in (200, 201) else body.get("current_version")
         return Op("write", name, 0, 0, r.status, base=base, version=version, tag=tag)
     r = await conn.request("DELETE", path)
+    me.observe(r.consistency)
     body = r.json()
     # deliberately keep the pre-forget version: this agent's next write is the summarizer's stale flush
     return Op("forget", name, 0, 0, r.status, version=body.get("version"),
@@ -142,39 +168,44 @@ def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else values[0] * 1000
 
 
-async def _agents(base: str, ids: list[int], until: float, n_keys: int) -> Stats:
+async def _agents(base: str, ids: list[int], until: float, n_keys: int, namespaces: list[str]) -> Stats:
     keys = [f"fact-{i:04d}" for i in range(n_keys)]
     url = httpx.URL(base)
     conns = [Connection(url.host, url.port or 80, {"Authorization": f"Bearer {API_KEY}"}) for _ in ids]
     await asyncio.gather(*(c.open() for c in conns))
     stats = Stats()
     try:
-        await asyncio.gather(*(agent(c, keys, until, i, stats) for c, i in zip(conns, ids, strict=True)))
+        await asyncio.gather(*(agent(c, keys, namespaces, until, i, stats) for c, i in zip(conns, ids, strict=True)))
     finally:
         for c in conns:
             c.close()
     return stats
 
 
-def _agents_process(base: str, ids: list[int], until: float, n_keys: int) -> Stats:
-    return uvloop.run(_agents(base, ids, until, n_keys))
+def _agents_process(base: str, ids: list[int], until: float, n_keys: int, namespaces: list[str]) -> Stats:
+    return uvloop.run(_agents(base, ids, until, n_keys, namespaces))
 
 
-def run(base: str, clients: int, processes: int, duration: float, n_keys: int) -> tuple[Stats, float]:
+def run(
+    base: str, clients: int, processes: int, duration: float, n_keys: int, namespaces: list[str] = NAMESPACES
+) -> tuple[Stats, float]:
     """Seed, then `clients` agents spread over `processes` processes; returns the stats and the CPU seconds the load
     generator used (its processes, this one's share of the run included)."""
 
-    asyncio.run(seed(base, [f"fact-{i:04d}" for i in range(n_keys)]))
+    asyncio.run(seed(base, [f"fact-{i:04d}" for i in range(n_keys)], namespaces))
     groups = [ids for p in range(processes) if (ids := list(range(p, clients, processes)))]
     mine = resource.getrusage(resource.RUSAGE_SELF)
+    # Children this process waited for before (an earlier run's generators, a server it stopped) are not this run's.
+    earlier = resource.getrusage(resource.RUSAGE_CHILDREN)
     until = time.time() + duration  # wall clock: shared by the processes
     stats = Stats()
     with multiprocessing.get_context("spawn").Pool(len(groups)) as pool:
-        for part in pool.starmap(_agents_process, [(base, ids, until, n_keys) for ids in groups]):
+        for part in pool.starmap(_agents_process, [(base, ids, until, n_keys, namespaces) for ids in groups]):
             stats.merge(part)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = children.ru_utime + children.ru_stime + (after.ru_utime - mine.ru_utime) + (after.ru_stime - mine.ru_stime)
+    cpu = (children.ru_utime - earlier.ru_utime) + (children.ru_stime - earlier.ru_stime)
+    cpu += (after.ru_utime - mine.ru_utime) + (after.ru_stime - mine.ru_stime)
     return stats, cpu
 
 
@@ -233,8 +264,10 @@ def _tenant_of(url: str) -> str:
     return asyncio.run(query())
 
 
-def report(stats: Stats, duration: float, clients: int) -> int:
-    print(f"\nmemory bench: {clients} clients, {duration:.0f} s, namespaces {len(NAMESPACES)}")
+def report(stats: Stats, duration: float, clients: int, *, title: str = "", per_reader: bool = False) -> int:
+    """Print the run's figures and its history check; 1 when anything failed (5xx, transport error, violation).
+    `per_reader`: reads are held to their own client's forgets (read replicas: bench/memory_history.py)."""
+    print(f"\nmemory bench{title}: {clients} clients, {duration:.0f} s, namespaces {len(NAMESPACES)}")
     print(f"{'op':<8}{'count':>9}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}  statuses")
     total = 0
     for op, _ in MIX:
@@ -257,10 +290,13 @@ def report(stats: Stats, duration: float, clients: int) -> int:
         print(f"FAILED: {errors} server errors")
     if stats.transport_errors:
         print(f"FAILED: {len(stats.transport_errors)} transport errors, first: {stats.transport_errors[:3]}")
-    counts = check_history(stats.history)
+    counts = check_history(stats.history, per_reader=per_reader)
     violations = {name: counts[name] for name in VIOLATIONS}
     print(f"history check over {len(stats.history)} operations ({counts['ops_checked_against_a_forget']} began after "
           f"a forget of their key had returned): " + ", ".join(f"{k} {v}" for k, v in violations.items()))
+    if per_reader:
+        print(f"  each read held to its own client's forgets; reads that missed another client's forget (eventually "
+              f"consistent, allowed): {counts['reads_behind_others_forgets']}")
     if any(violations.values()):
         print("FAILED: the tombstone invariant was broken")
     return 1 if errors or stats.transport_errors or any(violations.values()) else 0
@@ -274,7 +310,19 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=256, help="keys per namespace")
     parser.add_argument("--no-pgbench", action="store_true", help="skip PostgreSQL's own figure")
     parser.add_argument("--workers", type=int, default=1, help="LETHE_HTTP_WORKERS of the server")
+    parser.add_argument("--replica", action="store_true",
+                        help="primary alone against primary + one streaming replica, side by side (no pgbench)")
+    parser.add_argument("--rounds", type=int, default=1, help="--replica: alternate the setups this many times")
+    parser.add_argument("--strict", action="store_true",
+                        help="--replica: a third setup, the replica synchronous and forgets with remote_apply")
+    parser.add_argument("--fsync-off", action="store_true",
+                        help="--replica: fsync off on both servers (a busy shared disk otherwise dominates)")
     args = parser.parse_args()
+    if args.replica:
+        from bench.memory_replica import compare
+
+        sys.exit(compare(args.clients, max(1, args.processes), args.duration, args.keys, args.workers, args.rounds,
+                         args.strict, durable=not args.fsync_off))
     with serving(LETHE_BOOTSTRAP_API_KEY=API_KEY, LETHE_HTTP_WORKERS=str(args.workers)) as lethe:
         base, log, data = lethe.url, lethe.log, lethe.data_dir
         roots = [psutil.Process(lethe.proc.pid), postmaster(data)]

@@ -34,6 +34,9 @@ def safe_forget_then_write(namespace: str, key: str, value: Any, *, source: str)
     land between the two: If-Match with the tombstone version proves this writer saw the forget. If anyone else
     wrote or forgot the key in between, the write answers 412 (raised as PreconditionFailed) rather than silently
     overriding them.
+
+    With read replicas: both steps run on the primary, and the client keeps the write's `Lethe-Consistency` token
+    and sends it with every later read, so no replica that has not replayed the forget and the write answers them.
     """
     forgot: ForgetResult = yield calls.forget(namespace, key, source=source)
     written: WriteResult = yield calls.put(

@@ -12,6 +12,7 @@ import httpx
 from app.client import _calls as calls
 from app.client import _flows as flows
 from app.client._calls import BatchItem, Call, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from app.client._consistency import HEADER, TokenKeeper
 from app.client.errors import LetheAPIError, raise_for_problem
 
 T = TypeVar("T")
@@ -25,6 +26,17 @@ class AsyncLetheClient:
     ) -> None:
         self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         self._auth = {"Authorization": f"Bearer {api_key}"}
+        self._tokens = TokenKeeper()
+
+    @property
+    def consistency(self) -> str | None:
+        """The newest `Lethe-Consistency` token this client has seen; every read sends it, so whichever replica
+        answers, the answer is never older than this client's own writes and forgets."""
+        return self._tokens.token
+
+    def observe_consistency(self, token: str | None) -> None:
+        """Adopt a token seen elsewhere (another client's write that this one must read), if it is newer."""
+        self._tokens.observe(token)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -36,9 +48,11 @@ class AsyncLetheClient:
         await self.aclose()
 
     async def _run(self, call: Call[T]) -> T:
-        response = await self._http.request(
-            call.method, call.path, json=call.json, params=call.params, headers={**self._auth, **call.headers}
-        )
+        headers = {**self._auth, **call.headers}
+        if call.method == "GET":
+            headers.update(self._tokens.read_headers())
+        response = await self._http.request(call.method, call.path, json=call.json, params=call.params, headers=headers)
+        self._tokens.observe(response.headers.get(HEADER))
         raise_for_problem(response)
         return call.parse(response)
 

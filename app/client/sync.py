@@ -12,6 +12,7 @@ import httpx
 from app.client import _calls as calls
 from app.client import _flows as flows
 from app.client._calls import BatchItem, Call, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from app.client._consistency import HEADER, TokenKeeper
 from app.client.errors import LetheAPIError, raise_for_problem
 
 T = TypeVar("T")
@@ -23,6 +24,17 @@ class LetheClient:
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 60.0, http: httpx.Client | None = None) -> None:
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
         self._auth = {"Authorization": f"Bearer {api_key}"}
+        self._tokens = TokenKeeper()
+
+    @property
+    def consistency(self) -> str | None:
+        """The newest `Lethe-Consistency` token this client has seen; every read sends it, so whichever replica
+        answers, the answer is never older than this client's own writes and forgets."""
+        return self._tokens.token
+
+    def observe_consistency(self, token: str | None) -> None:
+        """Adopt a token seen elsewhere (another client's write that this one must read), if it is newer."""
+        self._tokens.observe(token)
 
     def close(self) -> None:
         self._http.close()
@@ -34,9 +46,11 @@ class LetheClient:
         self.close()
 
     def _run(self, call: Call[T]) -> T:
-        response = self._http.request(
-            call.method, call.path, json=call.json, params=call.params, headers={**self._auth, **call.headers}
-        )
+        headers = {**self._auth, **call.headers}
+        if call.method == "GET":
+            headers.update(self._tokens.read_headers())
+        response = self._http.request(call.method, call.path, json=call.json, params=call.params, headers=headers)
+        self._tokens.observe(response.headers.get(HEADER))
         raise_for_problem(response)
         return call.parse(response)
 

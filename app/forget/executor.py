@@ -200,7 +200,9 @@ class ForgetExecutor:
             "pending": None,
             "duration_ms": _elapsed_ms(started, receipt),
         })
-        async with self.db.transaction() as tx:
+        # forget=True: with strict forgets the job reads as finished only once the synchronous standbys applied this
+        # commit, and with it every swap of the job committed before it (WAL is replayed in order).
+        async with self.db.transaction(forget=True) as tx:
             if await jobs_repo.lock_owned(tx, job.id, owner) is None:
                 raise LeaseLost(job.id)
             await jobs_repo.finish(

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from app import pagination
+from app.db.consistency import PRIMARY, ReadFrom
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.session import Database
 from app.forget.jobs import JobView, view_of
 
 
 async def page_jobs(
-    db: Database, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, session_id: str | None
+    db: Database, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, session_id: str | None,
+    where: ReadFrom = PRIMARY,
 ) -> tuple[list[JobView], str | None]:
     after = None if cursor is None else pagination.decode(cursor)
-    async with db.transaction() as tx:
-        rows = await jobs_repo.page(tx, tenant_id, after=after, limit=limit + 1, status=status, session_id=session_id)
+    rows = await db.read(
+        where,
+        lambda tx: jobs_repo.page(tx, tenant_id, after=after, limit=limit + 1, status=status, session_id=session_id),
+    )
     positions = [pagination.Position(r.created_at, r.id) for r in rows]
     return [view_of(r) for r in rows[:limit]], pagination.next_cursor(positions, limit)

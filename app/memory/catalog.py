@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.consistency import PRIMARY, ReadFrom
 from app.db.session import Database
 from app.memory.validation import check_namespace, decode_cursor, encode_cursor
 
@@ -81,24 +82,24 @@ class MemoryCatalog:
         self.db = db
 
     async def page_namespaces(
-        self, tenant_id: str, *, cursor: str | None, limit: int
+        self, tenant_id: str, *, cursor: str | None, limit: int, where: ReadFrom = PRIMARY
     ) -> tuple[list[NamespaceRow], str | None]:
         after = None if cursor is None else decode_cursor(cursor)
-        async with self.db.transaction() as session:
-            rows = await namespaces(session, tenant_id, after=after, limit=limit + 1)
+        rows = await self.db.read(where, lambda session: namespaces(session, tenant_id, after=after, limit=limit + 1))
         if len(rows) > limit:
             rows = rows[:limit]
             return rows, encode_cursor(rows[-1].namespace)
         return rows, None
 
     async def page_keys(
-        self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int
+        self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int, where: ReadFrom = PRIMARY
     ) -> tuple[list[KeyRow], str | None]:
         """Every key ever written in the namespace, tombstones included, in key order."""
         check_namespace(namespace)
         after = None if cursor is None else decode_cursor(cursor)
-        async with self.db.transaction() as session:
-            rows = await all_keys(session, tenant_id, namespace, after=after, limit=limit + 1)
+        rows = await self.db.read(
+            where, lambda session: all_keys(session, tenant_id, namespace, after=after, limit=limit + 1)
+        )
         if len(rows) > limit:
             rows = rows[:limit]
             return rows, encode_cursor(rows[-1].key)

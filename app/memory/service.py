@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.consistency import PRIMARY, ReadFrom
 from app.db.session import Database
 from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
@@ -122,11 +123,11 @@ class MemoryService:
         self.db = db
         self.cascade: ForgetCascade = cascade or NoCascade()
 
-    async def read(self, tenant_id: str, namespace: str, key: str) -> Head:
+    async def read(self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY) -> Head:
+        """`where`: the primary by default; the HTTP route lets a replica serve it as the request's token allows."""
         check_namespace(namespace)
         check_key(key)
-        async with self.db.pg() as sql:
-            head = await repo.get_head(sql, tenant_id, namespace, key)
+        head = await self.db.read_pg(where, lambda sql: repo.get_head(sql, tenant_id, namespace, key))
         if head is None:
             raise NotFound("this key was never written", version=0, forgotten=False, headers={"ETag": etag(0)})
         if head.forgotten:
@@ -161,7 +162,7 @@ class MemoryService:
         check_namespace(namespace)
         check_key(key)
         check_source(source)
-        async with self.db.pg_transaction() as sql:  # the tombstone and its cascade job commit together
+        async with self.db.pg_transaction(forget=True) as sql:  # the tombstone and its cascade job commit together
             outcome, erased = await forget_in(sql, self.cascade, tenant_id, namespace, key, source=source)
         log.info(
             "memory key forgotten",
@@ -200,22 +201,24 @@ class MemoryService:
         return results
 
     async def list_keys(
-        self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int
+        self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int, where: ReadFrom = PRIMARY
     ) -> tuple[list[str], str | None]:
         check_namespace(namespace)
         after = None if cursor is None else decode_cursor(cursor)
-        async with self.db.pg() as sql:
-            keys = await repo.live_keys(sql, tenant_id, namespace, after=after, limit=limit + 1)
+        keys = await self.db.read_pg(
+            where, lambda sql: repo.live_keys(sql, tenant_id, namespace, after=after, limit=limit + 1)
+        )
         if len(keys) > limit:  # one extra row tells whether another page exists without a COUNT
             keys = keys[:limit]
             return keys, encode_cursor(keys[-1])
         return keys, None
 
-    async def history(self, tenant_id: str, namespace: str, key: str) -> list[HistoryItem]:
+    async def history(
+        self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY
+    ) -> list[HistoryItem]:
         check_namespace(namespace)
         check_key(key)
-        async with self.db.pg() as sql:
-            rows = await repo.history(sql, tenant_id, namespace, key)
+        rows = await self.db.read_pg(where, lambda sql: repo.history(sql, tenant_id, namespace, key))
         if not rows:
             raise NotFound("this key was never written", version=0, forgotten=False)
         last_tombstone = max((r.version for r in rows if r.op == "forget"), default=0)

@@ -58,6 +58,35 @@ class Metrics:
             registry=self.registry, multiprocess_mode="livemax",
         )
 
+        # Read replicas (app/db/replicas.py): where reads that may leave the primary went, and how far behind each
+        # replica is (untokened reads see that lag; tokened ones wait for it or read the primary).
+        self.reads = Counter(
+            "lethe_reads_total",
+            "Reads a replica may serve, by who served them: replica (reason: token or untokened) or primary (reason: "
+            "lagging past the wait bound, replica_down, other_timeline).",
+            ["served_by", "reason"], registry=self.registry,
+        )
+        self.replica_up = Gauge(
+            "lethe_replica_up", "1 when the replica answered the last probe.", ["replica"], registry=self.registry,
+            multiprocess_mode="livemin",
+        )
+        self.replica_lag_bytes = Gauge(
+            "lethe_replica_lag_bytes", "WAL the replica has not replayed yet, at the last probe.", ["replica"],
+            registry=self.registry, multiprocess_mode="livemax",
+        )
+        self.replica_lag_seconds = Gauge(
+            "lethe_replica_lag_seconds",
+            "Seconds since the replica last replayed a transaction while it is behind (0 when caught up).",
+            ["replica"], registry=self.registry, multiprocess_mode="livemax",
+        )
+
+    def replica_state(self, replica: str, *, up: bool, lag_bytes: int | None, lag_seconds: float | None) -> None:
+        self.replica_up.labels(replica=replica).set(1 if up else 0)
+        if lag_bytes is not None:
+            self.replica_lag_bytes.labels(replica=replica).set(lag_bytes)
+        if lag_seconds is not None:
+            self.replica_lag_seconds.labels(replica=replica).set(lag_seconds)
+
     def job_finished(self, strategy: str, status: str, duration_ms: int) -> None:
         self.forget_jobs.labels(strategy=strategy, status=status).inc()
         self.forget_duration.labels(strategy=strategy).observe(duration_ms / 1000)

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from app.api import sse
+from app.api.consistency import stamp, token_responses
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.disconnect import until_disconnect
 from app.openai_compat import streaming
@@ -182,10 +183,11 @@ async def get_item(conversation_id: str, item_id: str, principal: PrincipalDep, 
     "succeeded (202 while it still runs after LETHE_FORGET_WAIT_S, or waits on a tool result: `needs_input`); "
     "`lethe_forget` is the job and its receipt, "
     "`Lethe-Forget-Id` its id (GET /v1/forget/{id}). `lethe_dry_run=true` answers the plan and changes nothing.",
-    responses={**TURN_ERRORS, 202: {"model": ConversationOut, "description": "The forget still runs"}},
+    responses={**TURN_ERRORS, 202: {"model": ConversationOut, "description": "The forget still runs"},
+               **token_responses(200)},
 )
 async def delete_item(
-    conversation_id: str, item_id: str, principal: PrincipalDep, compat: CompatDep,
+    conversation_id: str, item_id: str, principal: PrincipalDep, compat: CompatDep, container: ContainerDep,
     lethe_strategy: Annotated[str | None, Query(max_length=40, description="A forget strategy (default "
                                                 "selective_replay)")] = None,
     lethe_dry_run: bool = False,
@@ -196,7 +198,10 @@ async def delete_item(
     headers = {} if lethe_dry_run else {"Lethe-Forget-Id": done.job.id}
     # 202 while the job runs, and for needs_input (the replay waits on a tool result: the item is not gone yet).
     finished = done.job.dry_run or done.job.status == "succeeded"
-    return JSONResponse(done.conversation, status_code=200 if finished else 202, headers=headers)
+    answer = JSONResponse(done.conversation, status_code=200 if finished else 202, headers=headers)
+    if finished and not lethe_dry_run:  # Lethe-Consistency (app/api/consistency.py): the forget is durable
+        await stamp(answer, container.db)
+    return answer
 
 
 # -- responses --------------------------------------------------------------------------------------------------

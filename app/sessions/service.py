@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pagination
+from app.db.consistency import PRIMARY, ReadFrom
 from app.db.models import AgentSession
 from app.db.repositories import artifacts as artifacts_repo
 from app.db.repositories import session_leases as leases_repo
@@ -117,24 +118,33 @@ class SessionService:
             records = await injectable_in(tx, tenant_id, namespace, limit=MAX_INJECTED)
         return [render(engine.chat, memory_observation(namespace, r.key, r.version, r.value)) for r in records]
 
-    async def get(self, tenant_id: str, session_id: str) -> SessionView:
-        async with self.db.transaction() as tx:
+    async def get(self, tenant_id: str, session_id: str, *, where: ReadFrom = PRIMARY) -> SessionView:
+        """`where` (here and in the other reads): the primary by default; the HTTP routes let a replica serve them
+        as the request's consistency token allows (app/db/replicas.py)."""
+
+        async def read(tx: AsyncSession) -> SessionView:
             row = await require(tx, tenant_id, session_id)
             status = (await leases_repo.statuses(tx, [row.id]))[row.id]
             return SessionView(row, status, await _pending(tx, row))
 
+        return await self.db.read(where, read)
+
     async def page(
-        self, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, context_policy: str | None
+        self, tenant_id: str, *, cursor: str | None, limit: int, status: str | None, context_policy: str | None,
+        where: ReadFrom = PRIMARY,
     ) -> tuple[list[SessionView], str | None]:
         """A page of the tenant's sessions, newest first, with the status and pending calls `get` reports."""
         after = None if cursor is None else pagination.decode(cursor)
-        async with self.db.transaction() as tx:
+
+        async def read(tx: AsyncSession) -> tuple[list[AgentSession], list[SessionView]]:
             rows = await sessions_repo.page(
                 tx, tenant_id, after=after, limit=limit + 1, status=status, context_policy=context_policy
             )
             page = rows[:limit]
             statuses = await leases_repo.statuses(tx, [r.id for r in page])
-            views = [SessionView(row, statuses[row.id], await _pending(tx, row)) for row in page]
+            return rows, [SessionView(row, statuses[row.id], await _pending(tx, row)) for row in page]
+
+        rows, views = await self.db.read(where, read)
         positions = [pagination.Position(r.created_at, r.id) for r in rows]
         return views, pagination.next_cursor(positions, limit)
 
@@ -197,21 +207,27 @@ class SessionService:
 
     # -- artifacts ----------------------------------------------------------------------------------------------
 
-    async def artifacts(self, tenant_id: str, session_id: str) -> list[ArtifactView]:
-        async with self.db.transaction() as tx:
+    async def artifacts(self, tenant_id: str, session_id: str, *, where: ReadFrom = PRIMARY) -> list[ArtifactView]:
+        async def read(tx: AsyncSession) -> list[ArtifactView]:
             await require(tx, tenant_id, session_id)
             rows = await artifacts_repo.list_live(tx, tenant_id, session_id)
             parents = await artifacts_repo.parents_of(tx, session_id)
-        return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+            return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
 
-    async def descendants(self, tenant_id: str, session_id: str, artifact_id: str) -> list[ArtifactView]:
-        async with self.db.transaction() as tx:
+        return await self.db.read(where, read)
+
+    async def descendants(
+        self, tenant_id: str, session_id: str, artifact_id: str, *, where: ReadFrom = PRIMARY
+    ) -> list[ArtifactView]:
+        async def read(tx: AsyncSession) -> list[ArtifactView]:
             await require(tx, tenant_id, session_id)
             if await artifacts_repo.get(tx, tenant_id, session_id, artifact_id) is None:
                 raise NotFound(f"no artifact {artifact_id!r} in session {session_id!r}")
             rows = await graph.taint_closure(tx, tenant_id, session_id, artifact_id)
             parents = await artifacts_repo.parents_of(tx, session_id, [a.id for a in rows])
-        return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+            return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
+
+        return await self.db.read(where, read)
 
 
 async def _pending(tx: AsyncSession, row: AgentSession) -> list[ToolCall]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app import pagination
+from app.db.consistency import PRIMARY, ReadFrom
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.session import Database
 
@@ -19,11 +20,10 @@ class Delivery:
 
 
 async def page_deliveries(
-    db: Database, tenant_id: str, *, cursor: str | None, limit: int
+    db: Database, tenant_id: str, *, cursor: str | None, limit: int, where: ReadFrom = PRIMARY
 ) -> tuple[list[Delivery], str | None]:
     after = None if cursor is None else pagination.decode(cursor)
-    async with db.transaction() as tx:
-        rows = await jobs_repo.deliveries(tx, tenant_id, after=after, limit=limit + 1)
+    rows = await db.read(where, lambda tx: jobs_repo.deliveries(tx, tenant_id, after=after, limit=limit + 1))
     positions = [pagination.Position(row.received_at, row.webhook_id) for row, _ in rows]
     page = [Delivery(row.webhook_id, row.forget_id, status, row.received_at) for row, status in rows[:limit]]
     return page, pagination.next_cursor(positions, limit)

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 
+from app.api.consistency import ReadFromDep, stamp, token_responses
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.openapi import link
 from app.api.params import ID_PATTERN, Cursor, ObjectId
@@ -25,8 +26,11 @@ async def get_forget(container: ContainerDep) -> ForgetService:
 ForgetDep = Annotated[ForgetService, Depends(get_forget)]
 
 JOB_LINKS = {"GetForgetJob": link("get_forget_job_v1_forget__id__get", "The job", id="$response.body#/id")}
+# A finished job's answer carries Lethe-Consistency (a queued or running one's cannot: its forget is not durable yet).
+FINISHED = token_responses(200)[200]
 SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
-    200: {"model": ForgetJobOut, "description": "A dry run's plan, or the job when `wait` saw it finish"},
+    200: {"model": ForgetJobOut, "description": "A dry run's plan, or the job when `wait` saw it finish (then with "
+          "Lethe-Consistency)", **FINISHED},
     202: {"description": "The job, queued", "links": JOB_LINKS},
     409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it)"),
     503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
@@ -37,7 +41,7 @@ SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     "", status_code=202, response_model=ForgetJobOut, summary="Start (or plan) a forget job", responses=SUBMIT_ERRORS
 )
 async def create_forget(
-    body: ForgetRequest, principal: PrincipalDep, forget: ForgetDep, response: Response
+    body: ForgetRequest, principal: PrincipalDep, forget: ForgetDep, container: ContainerDep, response: Response
 ) -> ForgetJobOut:
     view = await forget.submit(
         principal.tenant_id,
@@ -50,6 +54,8 @@ async def create_forget(
         response.status_code = 200
     if not view.dry_run:  # a plan is not stored
         response.headers["Location"] = f"/v1/forget/{view.id}"
+        if view.finished:
+            await stamp(response, container.db)
     return job_out(view)
 
 
@@ -57,6 +63,7 @@ async def create_forget(
 async def list_forget_jobs(
     principal: PrincipalDep,
     container: ContainerDep,
+    where: ReadFromDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Cursor = None,
     status: Annotated[
@@ -68,23 +75,38 @@ async def list_forget_jobs(
     ] = None,
 ) -> ForgetJobList:
     views, next_cursor = await page_jobs(
-        container.db, principal.tenant_id, cursor=cursor, limit=limit, status=status, session_id=session_id
+        container.db, principal.tenant_id, cursor=cursor, limit=limit, status=status, session_id=session_id,
+        where=where,
     )
     return ForgetJobList(jobs=[job_out(v) for v in views], next_cursor=next_cursor)
 
 
-@router.get("/{id}", response_model=ForgetJobOut, summary="A forget job and its receipt")
-async def get_forget_job(id: ObjectId, principal: PrincipalDep, forget: ForgetDep) -> ForgetJobOut:
-    return job_out(await forget.get(principal.tenant_id, id))
+@router.get(
+    "/{id}", response_model=ForgetJobOut, summary="A forget job and its receipt",
+    description="Read on the primary. A finished job's answer carries Lethe-Consistency: reads sending it never "
+    "see what the job forgot.",
+    responses={200: FINISHED},
+)
+async def get_forget_job(
+    id: ObjectId, principal: PrincipalDep, forget: ForgetDep, container: ContainerDep, response: Response
+) -> ForgetJobOut:
+    view = await forget.get(principal.tenant_id, id)
+    if view.finished:
+        await stamp(response, container.db)
+    return job_out(view)
 
 
 @router.post(
     "/{id}/tool_results",
     response_model=ForgetJobOut,
     summary="Answer the tool call a needs_input job waits on; the job resumes",
-    responses={409: problem_doc("The job is not waiting for a tool result")},
+    responses={409: problem_doc("The job is not waiting for a tool result"), 200: FINISHED},
 )
 async def provide_tool_result(
-    id: ObjectId, body: ToolResultForJob, principal: PrincipalDep, forget: ForgetDep
+    id: ObjectId, body: ToolResultForJob, principal: PrincipalDep, forget: ForgetDep, container: ContainerDep,
+    response: Response,
 ) -> ForgetJobOut:
-    return job_out(await forget.provide(principal.tenant_id, id, body.tool_call_id, body.content))
+    view = await forget.provide(principal.tenant_id, id, body.tool_call_id, body.content)
+    if view.finished:
+        await stamp(response, container.db)
+    return job_out(view)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
+from app.api.consistency import ReadFromDep, stamp, token_responses
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.openapi import link
 from app.api.params import Cursor
@@ -66,10 +67,17 @@ async def get_memory(container: ContainerDep) -> MemoryService:
 MemoryDep = Annotated[MemoryService, Depends(get_memory)]
 
 
-@router.post("/{namespace}:batch", response_model=BatchOut, summary="Batch of conditional writes", responses=STALE)
-async def batch_write(namespace: Namespace, body: BatchRequest, principal: PrincipalDep, memory: MemoryDep) -> BatchOut:
+@router.post(
+    "/{namespace}:batch", response_model=BatchOut, summary="Batch of conditional writes",
+    responses={**STALE, **token_responses(200)},
+)
+async def batch_write(
+    namespace: Namespace, body: BatchRequest, principal: PrincipalDep, memory: MemoryDep, container: ContainerDep,
+    response: Response,
+) -> BatchOut:
     writes = [WriteRequest(key=w.key, value=w.value, base_version=w.base_version, source=w.source) for w in body.writes]
     outcomes = await memory.batch(principal.tenant_id, namespace, writes, atomic=body.atomic)
+    await stamp(response, container.db)
     results = [
         BatchResult(key=o.key, status=201 if o.created else 200, version=o.version, current_version=o.version)
         if isinstance(o, WriteOutcome)
@@ -89,9 +97,9 @@ Limit = Annotated[int, Query(ge=1, le=1000)]
 
 @router.get("", response_model=NamespaceList, summary="The tenant's namespaces with key counts, in name order")
 async def list_namespaces(
-    principal: PrincipalDep, catalog: CatalogDep, limit: Limit = 100, cursor: Cursor = None
+    principal: PrincipalDep, catalog: CatalogDep, where: ReadFromDep, limit: Limit = 100, cursor: Cursor = None
 ) -> NamespaceList:
-    rows, next_cursor = await catalog.page_namespaces(principal.tenant_id, cursor=cursor, limit=limit)
+    rows, next_cursor = await catalog.page_namespaces(principal.tenant_id, cursor=cursor, limit=limit, where=where)
     return NamespaceList(
         namespaces=[
             NamespaceOut(namespace=r.namespace, live_keys=r.live_keys, forgotten_keys=r.forgotten_keys,
@@ -112,6 +120,7 @@ async def list_keys(
     principal: PrincipalDep,
     memory: MemoryDep,
     catalog: CatalogDep,
+    where: ReadFromDep,
     limit: Limit = 100,
     cursor: Cursor = None,
     include_forgotten: Annotated[
@@ -119,17 +128,17 @@ async def list_keys(
     ] = False,
 ) -> KeyList:
     if include_forgotten:
-        rows, after = await catalog.page_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit)
+        rows, after = await catalog.page_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where)
         return KeyList(keys=[r.key for r in rows], next_cursor=after, forgotten=[r.key for r in rows if r.forgotten])
-    keys, next_cursor = await memory.list_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit)
+    keys, next_cursor = await memory.list_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where)
     return KeyList(keys=keys, next_cursor=next_cursor)
 
 
 @router.get("/{namespace}/{key}", response_model=MemoryRecordOut, summary="Read a record")
 async def read_record(
-    namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep, response: Response
+    namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep, response: Response, where: ReadFromDep
 ) -> MemoryRecordOut:
-    head = await memory.read(principal.tenant_id, namespace, key)
+    head = await memory.read(principal.tenant_id, namespace, key, where=where)
     response.headers["ETag"] = etag(head.version)
     return MemoryRecordOut(
         namespace=namespace,
@@ -153,8 +162,9 @@ RECORD_LINKS = {
     "/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write",
     responses={
         **PRECONDITIONS,
-        200: {"description": "Written over the version If-Match named", "links": RECORD_LINKS},
-        201: {"model": MemoryWriteOut, "description": "Created", "links": RECORD_LINKS},
+        200: {"description": "Written over the version If-Match named", "links": RECORD_LINKS,
+              **token_responses(200)[200]},
+        201: {"model": MemoryWriteOut, "description": "Created", "links": RECORD_LINKS, **token_responses(201)[201]},
     },
 )
 async def write_record(
@@ -163,6 +173,7 @@ async def write_record(
     body: MemoryWrite,
     principal: PrincipalDep,
     memory: MemoryDep,
+    container: ContainerDep,
     response: Response,
     if_match: Annotated[
         str | None,
@@ -179,6 +190,7 @@ async def write_record(
     )
     response.status_code = 201 if outcome.created else 200
     response.headers["ETag"] = etag(outcome.version)
+    await stamp(response, container.db)
     return MemoryWriteOut(
         namespace=namespace, key=key, version=outcome.version, created=outcome.created, updated_at=outcome.updated_at
     )
@@ -186,7 +198,7 @@ async def write_record(
 
 @router.delete(
     "/{namespace}/{key}", response_model=MemoryForgetOut, summary="Forget: write a tombstone",
-    responses={409: problem_doc("The key kept changing while it was being forgotten: retry")},
+    responses={409: problem_doc("The key kept changing while it was being forgotten: retry"), **token_responses(200)},
 )
 async def forget_record(
     namespace: Namespace,
@@ -209,14 +221,17 @@ async def forget_record(
     if outcome.forget_id is not None:
         container.forget_wake.set()  # this process's worker starts the cascade now
     response.headers["ETag"] = etag(outcome.version)
+    await stamp(response, container.db)
     return MemoryForgetOut(
         version=outcome.version, forget_id=outcome.forget_id, already_forgotten=outcome.already_forgotten
     )
 
 
 @router.get("/{namespace}/{key}/history", response_model=HistoryOut, summary="Versions without forgotten values")
-async def record_history(namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep) -> HistoryOut:
-    items = await memory.history(principal.tenant_id, namespace, key)
+async def record_history(
+    namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep, where: ReadFromDep
+) -> HistoryOut:
+    items = await memory.history(principal.tenant_id, namespace, key, where=where)
     return HistoryOut(
         versions=[
             HistoryEntry(version=i.version, op=i.op, source=i.source, at=i.at, value=i.value, erased=i.erased)

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from app.api.consistency import ReadFromDep, stamp, token_responses
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.disconnect import until_disconnect
 from app.api.openapi import link
@@ -146,11 +147,13 @@ SESSION_LINKS = {
 @router.post(
     "", status_code=201, response_model=SessionOut, summary="Create a session",
     responses={
-        201: {"description": "The session", "links": SESSION_LINKS},
+        201: {"description": "The session", "links": SESSION_LINKS, **token_responses(201)[201]},
         422: problem_doc("Invalid options, or options the retrieval policy cannot honour (tools)"),
     },
 )
-async def create_session(body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
+async def create_session(
+    body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep, response: Response
+) -> SessionOut:
     _check_retrieval(body)
     if body.compaction.write_back and body.memory_namespace is None:
         raise InvalidRequest("compaction.write_back needs a memory_namespace")
@@ -164,35 +167,43 @@ async def create_session(body: SessionCreate, principal: PrincipalDep, sessions:
         sampling=body.sampling.model_dump(),
         compaction=body.compaction.model_dump() if body.compaction.max_tokens else {},
     )
-    return _session_out(await sessions.create(principal.tenant_id, config))
+    view = await sessions.create(principal.tenant_id, config)
+    await stamp(response, container.db)
+    return _session_out(view)
 
 
 @router.get("", response_model=SessionList, summary="The tenant's sessions, newest first")
 async def list_sessions(
     principal: PrincipalDep,
     sessions: SessionsDep,
+    where: ReadFromDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Cursor = None,
     status: Annotated[Literal["idle", "running", "forgetting"] | None, Query()] = None,
     context_policy: Annotated[Literal["full", "retrieval"] | None, Query()] = None,
 ) -> SessionList:
     views, next_cursor = await sessions.page(
-        principal.tenant_id, cursor=cursor, limit=limit, status=status, context_policy=context_policy
+        principal.tenant_id, cursor=cursor, limit=limit, status=status, context_policy=context_policy, where=where
     )
     return SessionList(sessions=[_session_out(v) for v in views], next_cursor=next_cursor)
 
 
 @router.get("/{id}", response_model=SessionOut, summary="Get a session")
-async def get_session(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep) -> SessionOut:
-    return _session_out(await sessions.get(principal.tenant_id, id))
+async def get_session(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, where: ReadFromDep) -> SessionOut:
+    return _session_out(await sessions.get(principal.tenant_id, id, where=where))
 
 
 @router.delete(
-    "/{id}", status_code=204, summary="Purge a session, its artifacts, checkpoints and cache", responses=BUSY
+    "/{id}", status_code=204, summary="Purge a session, its artifacts, checkpoints and cache",
+    responses={**BUSY, **token_responses(204)},
 )
-async def delete_session(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep) -> Response:
+async def delete_session(
+    id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep
+) -> Response:
     await sessions.delete(principal.tenant_id, id)
-    return Response(status_code=204)
+    purged = Response(status_code=204)
+    await stamp(purged, container.db)
+    return purged
 
 
 def _sse_event(name: str, data: dict[str, Any], description: str) -> dict[str, Any]:
@@ -239,8 +250,10 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
         },
         "description": "The transition; with `stream: true` (and a reply to sample), `text/event-stream`: `delta` "
         "events (`{\"text\": ...}`) as the reply is sampled, then one `turn` event with this object (or one "
-        "`error` event with a problem document). The schema describes each event.",
+        "`error` event with a problem document). The schema describes each event. A stream carries no "
+        "Lethe-Consistency (its headers leave before the turn commits).",
         "content": {"text/event-stream": {"schema": TURN_EVENTS}},
+        **token_responses(200)[200],
     },
 }
 
@@ -248,7 +261,7 @@ TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.post("/{id}/turns", response_model=TurnOut, summary="Run one transition", responses=TURN_RESPONSES)
 async def post_turn(
     id: ObjectId, body: TurnRequest, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep,
-    http: Request,
+    http: Request, response: Response,
 ) -> TurnOut | Response:
     observations = [_observation(i) for i in body.inputs]
     proposal = await container.services.forget.propose(principal.tenant_id, id, observations, generate=body.generate)
@@ -260,7 +273,9 @@ async def post_turn(
 
         return await until_disconnect(http, stream_turn(run, await sessions.chat()))
     turn = sessions.turn(principal.tenant_id, id, observations, body.generate)
-    return _turn_out(await until_disconnect(http, turn))
+    result = await until_disconnect(http, turn)
+    await stamp(response, container.db)
+    return _turn_out(result)
 
 
 def _plan_out(view: SessionView, proposal: Proposal) -> TurnOut:
@@ -300,17 +315,20 @@ def _turn_out(result: TurnResult) -> TurnOut:
 
 
 @router.get("/{id}/artifacts", response_model=ArtifactList, summary="The ordered artifacts of the live state")
-async def list_artifacts(id: ObjectId, principal: PrincipalDep, sessions: SessionsDep) -> ArtifactList:
-    return ArtifactList(artifacts=[_artifact_out(v) for v in await sessions.artifacts(principal.tenant_id, id)])
+async def list_artifacts(
+    id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, where: ReadFromDep
+) -> ArtifactList:
+    views = await sessions.artifacts(principal.tenant_id, id, where=where)
+    return ArtifactList(artifacts=[_artifact_out(v) for v in views])
 
 
 @router.get(
     "/{id}/artifacts/{artifact_id}/descendants", response_model=ArtifactList, summary="Taint closure of an artifact"
 )
 async def artifact_descendants(
-    id: ObjectId, artifact_id: ObjectId, principal: PrincipalDep, sessions: SessionsDep
+    id: ObjectId, artifact_id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, where: ReadFromDep
 ) -> ArtifactList:
-    views = await sessions.descendants(principal.tenant_id, id, artifact_id)
+    views = await sessions.descendants(principal.tenant_id, id, artifact_id, where=where)
     return ArtifactList(artifacts=[_artifact_out(v) for v in views])
 
 
@@ -322,13 +340,16 @@ async def artifact_descendants(
             "Another turn or a forget holds the session (`Retry-After`), or the session cannot be compacted as asked: "
             "nothing to compact, or write_back without a memory namespace"
         ),
+        **token_responses(200),
     },
 )
 async def compact_session(
-    id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, body: CompactRequest | None = None
+    id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep, response: Response,
+    body: CompactRequest | None = None,
 ) -> SessionOut:
     request = body or CompactRequest()
     view, _ = await sessions.compact(
         principal.tenant_id, id, keep_last_turns=request.keep_last_turns, write_back=request.write_back
     )
+    await stamp(response, container.db)
     return _session_out(await sessions.get(principal.tenant_id, view.row.id))

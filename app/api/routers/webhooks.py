@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from app.api.consistency import ReadFromDep
 from app.api.deps import ContainerDep, PrincipalDep
 from app.api.params import Cursor
 from app.api.problems import problem_doc
@@ -54,10 +55,13 @@ async def detector_webhook(request: Request, container: ContainerDep) -> Webhook
 async def list_deliveries(
     principal: PrincipalDep,
     container: ContainerDep,
+    where: ReadFromDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Cursor = None,
 ) -> DeliveryList:
-    page, next_cursor = await page_deliveries(container.db, principal.tenant_id, cursor=cursor, limit=limit)
+    page, next_cursor = await page_deliveries(
+        container.db, principal.tenant_id, cursor=cursor, limit=limit, where=where
+    )
     return DeliveryList(
         deliveries=[DeliveryOut.model_validate(d, from_attributes=True) for d in page], next_cursor=next_cursor
     )
