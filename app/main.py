@@ -25,6 +25,7 @@ from app.db.session import Database, resolve_database_url
 from app.engine.elsewhere import EngineInAnotherProcess
 from app.engine.protocol import KVEngine
 from app.engine.slot import EngineSlot
+from app.mcp.mount import McpMount
 from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
 from app.settings import Settings
@@ -54,6 +55,7 @@ def create_app(
     the database and registered the bootstrap tenant."""
     settings = settings or Settings()
     metrics = Metrics()
+    mcp = McpMount()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -69,6 +71,7 @@ def create_app(
         slot = EngineSlot(chosen)
         container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
         app.state.container = container
+        await mcp.start()
         if not worker:
             slot.task = asyncio.create_task(slot.load(), name="engine-load")
             container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
@@ -85,6 +88,7 @@ def create_app(
                 if task is not None and not task.done():
                     task.cancel()
             await asyncio.gather(*(t for t in [slot.task, *container.background] if t), return_exceptions=True)
+            await mcp.stop()
             await chosen.close()
             await db.close()
             log.info("lethe stopped")
@@ -106,6 +110,7 @@ def create_app(
         413: V1_ERRORS[413], 422: V1_ERRORS[422], 503: V1_ERRORS[503],
     })
     app.include_router(console.router)
+    app.router.routes.append(mcp.route)  # MCP over streamable HTTP (app/mcp/); not in the OpenAPI document
     install_exact_parameters(app)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     if engine_process is not None:
