@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # Served by the engine process. `/readyz` too: a worker is ready when the engine process is.
 ENGINE_PREFIXES = (
     "/v1/sessions", "/v1/forget", "/v1/webhooks/detector", "/v1/conversations", "/v1/responses", "/v1/models",
-    "/readyz", "/mcp",
+    "/v1/chat/completions", "/readyz", "/mcp",
 )
 # Per-connection headers (RFC 9110 7.6.1) are not forwarded; the rest, Host included, pass unchanged.
 _HOP_BY_HOP = {
