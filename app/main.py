@@ -28,6 +28,7 @@ from app.engine.process.client import EngineClient
 from app.engine.protocol import KVEngine
 from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
+from app.mcp.mount import McpMount
 from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
 from app.settings import Settings
@@ -57,6 +58,7 @@ def create_app(
     and registered the bootstrap tenant."""
     settings = settings or Settings()
     metrics = Metrics()
+    mcp = McpMount()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -84,6 +86,7 @@ def create_app(
         container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
         container.background.append(asyncio.create_task(container.job_events.run(), name="job-events"))
         container.background.append(asyncio.create_task(db.watch_replicas(), name="replica-watch"))
+        await mcp.start()
         log.info("lethe started", extra={
             "engine": settings.engine.value, "version": __version__,
             "role": "http-worker" if engine_process is not None else "server",
@@ -98,6 +101,7 @@ def create_app(
                 if task is not None and not task.done():
                     task.cancel()
             await asyncio.gather(*(t for t in [slot.task, *container.background] if t), return_exceptions=True)
+            await mcp.stop()
             await chosen.close()
             await db.close()
             log.info("lethe stopped")
@@ -119,6 +123,7 @@ def create_app(
         413: V1_ERRORS[413], 422: V1_ERRORS[422], 503: V1_ERRORS[503],
     })
     app.include_router(console.router)
+    app.router.routes.append(mcp.route)  # MCP over streamable HTTP (app/mcp/); not in the OpenAPI document
     install_exact_parameters(app)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app

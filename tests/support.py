@@ -191,6 +191,18 @@ def lethe_serve(database_url: str, data_dir: Path, **env: str) -> LetheServer:
     return LetheServer(data_dir, None, LETHE_DATABASE_URL=database_url, LETHE_BOOTSTRAP_API_KEY=BOOTSTRAP_KEY, **env)
 
 
+@contextmanager
+def module_server(database_url: str, data_dir: Path, **env: str) -> Iterator[LetheServer]:
+    """A ready `lethe serve` on the test database for a test module's clients (OpenAI SDKs, Node, MCP), stopped
+    (SIGTERM, by its pid) after the block: one per module, as the house rules ask."""
+    server = lethe_serve(database_url, data_dir, **env)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
 def in_flight(client: httpx.Client) -> int:
     """Requests the server is serving now, this /metrics request included."""
     text = client.get("/metrics").text

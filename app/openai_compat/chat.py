@@ -29,9 +29,10 @@ from app.engine.slot import EngineSlot
 from app.ids import new_id
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
-from app.openai_compat.items import message_text, visible_text
+from app.openai_compat.items import message_text
+from app.openai_compat.markup import visible_text
+from app.openai_compat.objects import lethe_tools
 from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
-from app.openai_compat.service import lethe_tools
 from app.runtime.blocks import Observation
 from app.sessions.service import SessionService
 from app.sessions.values import SessionConfig, TurnResult

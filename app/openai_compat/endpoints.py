@@ -16,6 +16,7 @@ from app.openai_compat import streaming
 from app.openai_compat.chat import ChatService
 from app.openai_compat.errors import BadParameter
 from app.openai_compat.items import check_text
+from app.openai_compat.policy import check_include
 from app.openai_compat.schemas import (
     ChatCompletionCreate,
     ChatCompletionOut,
@@ -90,6 +91,7 @@ async def get_chat(container: ContainerDep) -> ChatService:
     return container.services.chat
 
 
+INCLUDE = "Values naming output kinds this server never produces (app/openai_compat/policy.py); others 400"
 CompatDep = Annotated[CompatService, Depends(get_compat)]
 ChatDep = Annotated[ChatService, Depends(get_chat)]
 
@@ -152,10 +154,9 @@ async def list_items(
     after: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
-    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+    include: Annotated[list[str] | None, Query(description=INCLUDE)] = None,
 ) -> dict[str, Any]:
-    if include:
-        raise BadParameter("include", "include is not supported: items carry their whole content")
+    check_include(include)
     return await compat.list_items(principal.tenant_id, conversation_id, after=after, limit=limit, order=order)
 
 
@@ -163,10 +164,9 @@ async def list_items(
              summary="Add items (one transition without a reply)", responses=TURN_ERRORS)
 async def create_items(
     conversation_id: str, body: ItemsCreate, principal: PrincipalDep, compat: CompatDep,
-    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+    include: Annotated[list[str] | None, Query(description=INCLUDE)] = None,
 ) -> dict[str, Any]:
-    if include:
-        raise BadParameter("include", "include is not supported: items carry their whole content")
+    check_include(include)
     _checked(body)
     return await compat.create_items(principal.tenant_id, conversation_id, body.items)
 
@@ -236,10 +236,9 @@ async def list_input_items(
     after: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
-    include: Annotated[list[str] | None, Query(description="Not supported (400 when given)")] = None,
+    include: Annotated[list[str] | None, Query(description=INCLUDE)] = None,
 ) -> dict[str, Any]:
-    if include:
-        raise BadParameter("include", "include is not supported: items carry their whole content")
+    check_include(include)
     return await compat.input_items(principal.tenant_id, response_id, after=after, limit=limit, order=order)
 
 

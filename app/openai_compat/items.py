@@ -9,22 +9,15 @@ with it (a replayed model message gets a new id; observations keep theirs).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from app.db.models import Artifact
 from app.openai_compat.errors import BadParameter
+from app.openai_compat.markup import visible_text
 from app.runtime.blocks import Observation
 
 ITEM_KINDS = ("user", "document", "assistant", "tool_call", "tool_result")
-_CALL_MARKUP = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
-
-
-def visible_text(reply: str) -> str:
-    """A reply without its tool-call markup (the calls are items of their own)."""
-    return _CALL_MARKUP.sub("", reply).strip() if "<tool_call>" in reply else reply
-
 
 def item_of(row: Artifact) -> dict[str, Any] | None:
     meta = row.meta or {}
@@ -34,7 +27,7 @@ def item_of(row: Artifact) -> dict[str, Any] | None:
     if row.kind == "assistant":
         text = visible_text(row.content)
         if not text and "<tool_call>" in row.content:
-            return None  # only calls: they are the function_call items
+            return None  # only calls (or a call cut short): the calls are the function_call items
         return {"type": "message", "id": row.id, "role": "assistant", "status": "completed",
                 "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
     if row.kind == "tool_call":

@@ -26,6 +26,12 @@ async def conversation(db: AsyncSession, tenant_id: str, conversation_id: str, *
     return (await db.execute(stmt)).scalar_one_or_none()
 
 
+async def conversation_of_session(db: AsyncSession, session_id: str) -> str | None:
+    """The conversation a session serves, if any (a session serves at most one: the column is unique)."""
+    stmt = select(OpenAIConversation.id).where(OpenAIConversation.session_id == session_id)
+    return (await db.execute(stmt)).scalar_one_or_none()
+
+
 async def set_metadata(db: AsyncSession, conversation_id: str, meta: dict[str, str]) -> None:
     await db.execute(update(OpenAIConversation).where(OpenAIConversation.id == conversation_id).values(meta=meta))
 

@@ -42,7 +42,19 @@ class TextConfig(Request):
     format: TextFormat | None = None
 
 
+Identifier = Annotated[str, Field(max_length=256)]
+
+
+class ResponseStreamOptions(Request):
+    include_obfuscation: Literal[False] | None = Field(
+        default=None, description="Only `false`: the deltas carry no obfuscation padding"
+    )
+
+
 class ResponseCreate(Request):
+    """Each field is honoured, accepted for the values that ask for nothing Lethe does differently (their types and
+    descriptions say which), or absent (an unknown parameter is a 400 naming it). README: "Compatibility policy"."""
+
     model: str = Field(min_length=1, max_length=200)
     input: Annotated[str, Field(max_length=200_000)] | Annotated[list[RawItem], Field(max_length=64)] | None = None
     conversation: str | ConversationRef | None = None
@@ -59,6 +71,23 @@ class ResponseCreate(Request):
     metadata: Metadata | None = None
     text: TextConfig | None = None
     truncation: Literal["disabled"] | None = None
+    include: list[str] | None = Field(
+        default=None, max_length=16,
+        description="`[]`, or values naming output kinds this server never produces (app/openai_compat/policy.py)",
+    )
+    background: Literal[False] | None = Field(default=None, description="Only `false`")
+    service_tier: Literal["auto", "default"] | None = Field(default=None, description="One tier: `auto` or `default`")
+    stream_options: ResponseStreamOptions | None = None
+    top_logprobs: Literal[0] | None = Field(default=None, description="Only 0: no logprobs are returned")
+    max_tool_calls: int | None = Field(
+        default=None, ge=0, description="Bounds built-in tool calls; this server runs none"
+    )
+    user: Identifier | None = Field(default=None, description="An end-user identifier for OpenAI; not stored here")
+    safety_identifier: Identifier | None = Field(default=None, description="As `user`")
+    prompt_cache_key: Identifier | None = Field(
+        default=None, description="A cache-bucketing hint; Lethe's cache is the conversation's own"
+    )
+    reasoning: None = Field(default=None, description="Only null: the served model has no reasoning settings")
 
 
 class ConversationCreate(Request):
@@ -91,6 +120,11 @@ ChatTool.model_rebuild()
 
 class StreamOptions(Request):
     include_usage: bool | None = None
+    include_obfuscation: Literal[False] | None = Field(default=None, description="Only `false`")
+
+
+class ResponseFormat(Request):
+    type: Literal["text"]
 
 
 class ChatCompletionCreate(Request):
@@ -112,6 +146,21 @@ class ChatCompletionCreate(Request):
     tools: list[ChatTool] | None = Field(default=None, max_length=64)
     tool_choice: Literal["auto"] | None = Field(default=None, description="Only `auto`")
     parallel_tool_calls: Literal[True] | None = Field(default=None, description="Only `true`")
+    response_format: ResponseFormat | None = Field(default=None, description="Only `{\"type\": \"text\"}`")
+    frequency_penalty: Literal[0] | None = Field(default=None, description="Only 0 (no penalty)")
+    presence_penalty: Literal[0] | None = Field(default=None, description="Only 0 (no penalty)")
+    logprobs: Literal[False] | None = Field(default=None, description="Only `false`")
+    logit_bias: dict[str, int] | None = Field(default=None, max_length=0, description="Only `{}`")
+    store: Literal[False] | None = Field(
+        default=None, description="Only `false`: this server keeps no completions for distillation or evals"
+    )
+    modalities: list[Literal["text"]] | None = Field(default=None, max_length=1, description="Only `[\"text\"]`")
+    service_tier: Literal["auto", "default"] | None = Field(default=None, description="One tier: `auto` or `default`")
+    user: Identifier | None = Field(default=None, description="An end-user identifier for OpenAI; not stored here")
+    safety_identifier: Identifier | None = Field(default=None, description="As `user`")
+    prompt_cache_key: Identifier | None = Field(
+        default=None, description="A cache-bucketing hint; Lethe's cache is the conversation's own"
+    )
 
 
 # -- answers (items and outputs are OpenAI's item objects, documented there) ------------------------------------

@@ -1,18 +1,22 @@
 """Conversations and Responses over sessions (SessionService) and forgets (ForgetService).
 
 - A conversation is one session. Its opening system/developer items become the system prompt; other opening items
-  are one transition without a reply. A response is one transition with a reply; `previous_response_id` continues
-  the session of that response when it is still the session's newest (Lethe cannot branch a session).
-- A session's system prompt and tools are part of its prompt from transition 0, so a response's `instructions` and
-  `tools` configure the conversation while it has no transition yet (the empty session is replaced), and must
-  match it afterwards (400 naming the parameter otherwise); omitted, the conversation's stay.
+  are one transition without a reply. A response is one transition with a reply, placed by placement.py
+  (conversation, previous_response_id, a resent history, or a session of its own; an older response branches).
+- Items a client adds to a conversation are observations (a transition without a reply), except model items, which
+  must be ones this server sampled: a response's output saved after it ran in the conversation's own session (then
+  nothing changes), or in a session of its own that holds exactly the conversation's items followed by them (then
+  the conversation takes that session, the Agents SDK's session store: its first run samples the reply outside the
+  conversation and saves it afterwards).
 - `temperature`, `top_p` and `max_output_tokens` apply to the response's transition only; they are stored with the
   session (`per_turn`), so a forget replays that transition with them. Omitted: the session's (greedy, 256 tokens).
   Every transition's seed derives from the session seed (0) and its index, so a conversation and its counterfactual
   draw the same randomness.
-- Deleting an item is a forget of its artifact (selective replay unless `lethe_strategy` says otherwise),
-  answered once the job ended (or after LETHE_FORGET_WAIT_S with 202); the job is `lethe_forget` in the answer and
-  its id the `Lethe-Forget-Id` header.
+- Deleting an item is a forget of its artifact, answered once the job ended (or after LETHE_FORGET_WAIT_S with
+  202): an observation by selective replay (the conversation that never had it), a model item (an assistant message,
+  a function_call) by deleting it and every later model item whose context held it (`delete_dependents`: a replay
+  from the same inputs would sample it again); `lethe_strategy` picks another. The job is `lethe_forget` in the answer
+  and its id the `Lethe-Forget-Id` header.
 - Stored rows hold ids, counts and the request's parameters only; a response's input and output are read from its
   transition's artifacts, so whatever a forget removes from the session is gone from every response too.
 """
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from app.api.schemas.forget import job_out
@@ -36,54 +39,19 @@ from app.forget.jobs import JobView, Submission
 from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
 from app.ids import has_prefix, new_id
+from app.openai_compat import history
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import ITEM_KINDS, item_of, items_of, observations, split_system
-from app.openai_compat.schemas import FunctionTool, ResponseCreate
-from app.runtime.blocks import Observation
-from app.runtime.tool_catalog import normalize as normalize_tools
+from app.openai_compat.objects import lethe_tools, page, require_id, response_object, ts
+from app.openai_compat.placement import Placer, by_digest, holder, put_head
+from app.openai_compat.policy import check_include
+from app.openai_compat.schemas import ResponseCreate
+from app.sessions.branching import Branching
 from app.sessions.service import SessionService
 from app.sessions.values import SessionConfig
 
-
-def page(items: list[dict[str, Any]], *, after: str | None, limit: int, order: str) -> dict[str, Any]:
-    """OpenAI's cursor list: `order` (asc: oldest first), the items after the one named `after`, `limit` of them."""
-    if order == "desc":
-        items = list(reversed(items))
-    if after is not None:
-        index = next((i for i, item in enumerate(items) if item["id"] == after), None)
-        if index is None:
-            raise BadParameter("after", f"no item {after!r} in this list")
-        items = items[index + 1:]
-    chunk = items[:limit]
-    return {"object": "list", "data": chunk, "first_id": chunk[0]["id"] if chunk else None,
-            "last_id": chunk[-1]["id"] if chunk else None, "has_more": len(items) > limit}
-
-
-def _ts(at: datetime | None) -> int:
-    return int((at or datetime.now()).timestamp())
-
-
-def require_id(value: str, prefix: str, what: str) -> None:
-    """A malformed id is an unknown one (and never reaches SQL, whatever characters it holds)."""
-    if not has_prefix(value, prefix):
-        raise NotFound(f"no {what} {value!r}")
-
-
-def lethe_tools(tools: list[FunctionTool]) -> list[dict[str, Any]]:
-    """Function tools as a session's client tools (the model's calls wait for the client's output)."""
-    specs = [{"name": t.name, "description": t.description or "", "parameters": t.parameters or {"type": "object"}}
-             for t in tools]
-    try:
-        return normalize_tools(specs)
-    except ValueError as exc:
-        raise BadParameter("tools", str(exc)) from None
-
-
-def function_tools(session_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"type": "function", "name": t["name"], "description": t.get("description") or None,
-             "parameters": t.get("parameters"), "strict": False}
-            for t in session_tools if not t.get("builtin")]
+MODEL_ARTIFACTS = ("assistant", "tool_call")
 
 
 @dataclass(frozen=True)
@@ -98,6 +66,8 @@ class CompatService:
         self.engine = engine
         self.sessions = sessions
         self.forget = forget
+        self.placer = Placer(db, sessions)
+        self.branching = Branching(sessions)
 
     # -- models -------------------------------------------------------------------------------------------------
 
@@ -121,7 +91,7 @@ class CompatService:
         return conv, session
 
     def _conversation_out(self, conv: OpenAIConversation, forget: JobView | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": conv.id, "object": "conversation", "created_at": _ts(conv.created_at),
+        out: dict[str, Any] = {"id": conv.id, "object": "conversation", "created_at": ts(conv.created_at),
                                "metadata": dict(conv.meta), "lethe_session_id": conv.session_id}
         if forget is not None:
             out["lethe_forget"] = job_out(forget).model_dump(mode="json")
@@ -198,13 +168,52 @@ class CompatService:
         return item
 
     async def create_items(self, tenant_id: str, conversation_id: str, items: list[dict[str, Any]]) -> dict[str, Any]:
-        _, session = await self._conversation(tenant_id, conversation_id)
-        result = await self.sessions.turn(tenant_id, session.id, observations(items, "items"), generate=False)
-        async with self.db.transaction() as tx:
-            rows = await repo.artifacts(tx, session.id, result.input_ids)
-        data = items_of(rows)
+        conv, session = await self._conversation(tenant_id, conversation_id)
+        given = history.given(items, "items")
+        if any(g.is_model for g in given):
+            data = await self._sampled_items(tenant_id, conv, session, given)
+        else:
+            result = await self.sessions.turn(tenant_id, session.id, observations(items, "items"), generate=False)
+            async with self.db.transaction() as tx:
+                rows = await repo.artifacts(tx, session.id, result.input_ids)
+            data = items_of(rows)
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": False}
+
+    async def _sampled_items(
+        self, tenant_id: str, conv: OpenAIConversation, session: AgentSession, given: list[history.Given]
+    ) -> list[dict[str, Any]]:
+        """Model items added to a conversation: already its newest items, or a response's output whose session the
+        conversation adopts (module docstring); 400 otherwise."""
+        async with self.db.transaction() as tx:
+            current = history.held(await artifacts_repo.list_live(tx, tenant_id, session.id))
+            if history.anchor(given) is not None:
+                other = await holder(tx, tenant_id, given)
+            else:
+                other = await by_digest(tx, tenant_id, [h.canon for h in current] + [g.canon for g in given])
+            if other is not None and (other.id == session.id
+                                      or await repo.conversation_of_session(tx, other.id) is not None):
+                other = None
+            other_items = [] if other is None else history.held(
+                await artifacts_repo.list_live(tx, tenant_id, other.id))
+        tail = history.tail_of(given, current)
+        if tail is not None:
+            return [h.item for h in tail]
+        adopted = None if other is None or session.system_prompt not in (None, other.system_prompt) else \
+            history.adoptable(current, given, other_items)
+        if other is None or adopted is None:
+            at = next(g.index for g in given if g.is_model)
+            raise BadParameter(
+                f"items[{at}]", "model items added to a conversation must be ones this server sampled after its "
+                "items (a response's output, with the ids it was given)",
+            )
+        async with self.db.transaction() as tx:
+            locked = await repo.conversation(tx, tenant_id, conv.id, for_update=True)
+            if locked is None or locked.session_id != session.id:
+                raise Conflict("the conversation changed under this request; retry")
+            await repo.set_session(tx, conv.id, other.id)
+        await self.sessions.delete(tenant_id, session.id)  # it held only what the adopted session holds too
+        return [h.item for h in adopted]
 
     async def delete_item(
         self, tenant_id: str, conversation_id: str, item_id: str, *, strategy: str | None, dry_run: bool
@@ -212,7 +221,9 @@ class CompatService:
         conv, session = await self._conversation(tenant_id, conversation_id)
         if strategy is not None and strategy not in STRATEGIES:
             raise BadParameter("lethe_strategy", f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
-        await self._item_row(tenant_id, session, item_id)
+        row = await self._item_row(tenant_id, session, item_id)
+        if strategy is None and row.kind in MODEL_ARTIFACTS:
+            strategy = "delete_dependents"  # replaying from the same inputs would sample it again
         job = await self.forget.submit(tenant_id, Submission(
             target={"artifact_id": item_id, "session_id": session.id}, strategy=strategy, dry_run=dry_run,
             wait=True, reason="conversation item deleted",
@@ -224,93 +235,56 @@ class CompatService:
 
     # -- responses ----------------------------------------------------------------------------------------------
 
-    async def _configure(
-        self, tenant_id: str, session: AgentSession, conversation_id: str | None, instructions: str | None,
-        tools: list[dict[str, Any]] | None,
-    ) -> str:
-        """The session that serves a response with these instructions and tools (see the module docstring)."""
-        system = session.system_prompt if instructions is None else instructions
-        wanted = session.tools if tools is None else tools
-        if system == session.system_prompt and wanted == session.tools:
-            return session.id
-        if session.turns > 0:
-            param = "instructions" if system != session.system_prompt else "tools"
-            raise BadParameter(
-                param, f"{param} differ from this conversation's: they are part of its prompt since it began, so a "
-                "conversation keeps the ones it started with (omit them, or start a new conversation)",
-            )
-        fresh = await self.sessions.create(
-            tenant_id, SessionConfig(system_prompt=system, tools=wanted, sampling=dict(session.sampling))
-        )
-        if conversation_id is not None:
-            async with self.db.transaction() as tx:
-                conv = await repo.conversation(tx, tenant_id, conversation_id, for_update=True)
-                if conv is None or conv.session_id != session.id:
-                    moved = True
-                else:
-                    moved = False
-                    await repo.set_session(tx, conversation_id, fresh.row.id)
-            if moved:
-                await self.sessions.delete(tenant_id, fresh.row.id)
-                raise Conflict("the conversation was reconfigured by another request; retry")
-        await self.sessions.delete(tenant_id, session.id)
-        return fresh.row.id
-
     async def create_response(
         self, tenant_id: str, body: ResponseCreate
     ) -> tuple[Callable[[TokenSink | None], Awaitable[dict[str, Any]]], dict[str, Any], str]:
         """Validate and place a response; returns (run it, its in-progress skeleton, its reply id)."""
         self.check_model(body.model)
+        check_include(body.include)
+        if body.stream_options is not None and not body.stream:
+            raise BadParameter("stream_options", "stream_options needs stream: true")
         if body.conversation is not None and body.previous_response_id is not None:
             raise BadParameter("previous_response_id", "give either conversation or previous_response_id, not both")
-        observed = self._input(body.input)
         tools = None if body.tools is None else lethe_tools(body.tools)
-        conversation_id: str | None = None
-        expect: int | None = None
+        conversation = previous = None
         if body.conversation is not None:
             conversation_id = body.conversation if isinstance(body.conversation, str) else body.conversation.id
-            _, session = await self._conversation(tenant_id, conversation_id)
+            conversation = ((await self._conversation(tenant_id, conversation_id))[1], conversation_id)
         elif body.previous_response_id is not None:
-            previous = await self._response_row(tenant_id, body.previous_response_id, "previous_response_id")
+            row = await self._response_row(tenant_id, body.previous_response_id, "previous_response_id")
             async with self.db.transaction() as tx:
-                found = await sessions_repo.get(tx, tenant_id, previous.session_id)
+                found = await sessions_repo.get(tx, tenant_id, row.session_id)
             if found is None:
-                raise NotFound(f"no response {body.previous_response_id!r}")
-            session = found
-            if session.turns != previous.turn:
-                raise BadParameter(
-                    "previous_response_id", "that response is no longer its session's newest transition: Lethe "
-                    "continues a session from its end and does not branch it",
-                )
-            conversation_id, expect = previous.conversation_id, previous.turn
-        else:
-            view = await self.sessions.create(
-                tenant_id, SessionConfig(system_prompt=body.instructions, tools=tools or [])
-            )
-            session = view.row
-        session_id = await self._configure(tenant_id, session, conversation_id, body.instructions, tools)
+                raise NotFound(f"no response {body.previous_response_id!r}", param="previous_response_id")
+            previous = (found, row.turn, row.conversation_id)
+        placed = await self.placer.place(tenant_id, body, tools, conversation, previous)
         sampling = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p),
                                       ("max_tokens", body.max_output_tokens)) if v is not None}
         response_id, reply_id = new_id("resp"), new_id("art")
         params = {"model": body.model, "temperature": body.temperature, "top_p": body.top_p,
                   "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {}}
 
-        fresh = body.conversation is None and body.previous_response_id is None
-
         async def run(on_tokens: TokenSink | None) -> dict[str, Any]:
+            session_id = placed.session_id
+            if placed.branch_turn is not None:
+                session_id = await self.branching.branch(
+                    tenant_id, session_id, placed.branch_turn, epoch=placed.branch_epoch
+                )
             try:
                 result = await self.sessions.turn(
-                    tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
-                    reply_id=reply_id,
+                    tenant_id, session_id, placed.observations, True, on_tokens, sampling=sampling or None,
+                    expect_turns=placed.expect_turns, reply_id=reply_id,
                 )
             except BaseException:
-                if fresh:  # the session opened for this request holds nothing the client could reach
+                if placed.owned:  # the session opened for this request holds nothing the client could reach
                     await self.sessions.delete(tenant_id, session_id)
                 raise
             usage = result.usage
             async with self.db.transaction() as tx:
+                if result.reply_id is not None:
+                    await put_head(tx, tenant_id, session_id, result.turn, result.epoch, result.reply_id)
                 await repo.add(tx, OpenAIResponse(
-                    id=response_id, tenant_id=tenant_id, session_id=session_id, conversation_id=conversation_id,
+                    id=response_id, tenant_id=tenant_id, session_id=session_id, conversation_id=placed.conversation_id,
                     turn=result.turn, previous_response_id=body.previous_response_id, params=params,
                     usage={"input_tokens": usage.prompt_tokens, "cached_tokens": usage.reused_tokens,
                            "prefill_tokens": usage.prefill_tokens, "output_tokens": usage.decode_tokens},
@@ -318,19 +292,12 @@ class CompatService:
             return await self.get_response(tenant_id, response_id)
 
         skeleton = {
-            "id": response_id, "object": "response", "created_at": _ts(None), "status": "in_progress",
+            "id": response_id, "object": "response", "created_at": ts(None), "status": "in_progress",
             "model": body.model, "output": [], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
             "metadata": params["metadata"], "previous_response_id": body.previous_response_id,
-            "conversation": {"id": conversation_id} if conversation_id else None,
+            "conversation": {"id": placed.conversation_id} if placed.conversation_id else None,
         }
         return run, skeleton, reply_id
-
-    def _input(self, value: str | list[dict[str, Any]] | None) -> list[Observation]:
-        if value is None or value == [] or value == "":
-            raise BadParameter("input", "input is required: a string or a list of items")
-        if isinstance(value, str):
-            return [Observation("user", value)]
-        return observations(value, "input")
 
     async def _response_row(self, tenant_id: str, response_id: str, param: str | None = None) -> OpenAIResponse:
         row = None
@@ -349,34 +316,3 @@ class CompatService:
         if session is None:
             raise NotFound(f"no response {response_id!r}")
         return response_object(row, session, arts)
-
-
-def response_object(row: OpenAIResponse, session: AgentSession, arts: list[Artifact]) -> dict[str, Any]:
-    """A response as OpenAI's object, its output read from its transition's artifacts as they are now."""
-    output = [item for a in arts if a.kind in ("assistant", "tool_call") and (item := item_of(a)) is not None]
-    replies = [a for a in arts if a.kind == "assistant"]
-    finish = (replies[-1].meta or {}).get("finish_reason") if replies else None
-    config = {**session.sampling, **((session.sampling.get("per_turn") or {}).get(str(row.turn)) or {})}
-    params, usage = row.params, row.usage
-    incomplete = finish == "length"
-    return {
-        "id": row.id, "object": "response", "created_at": _ts(row.created_at), "completed_at": _ts(row.created_at),
-        "status": "incomplete" if incomplete else "completed", "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "instructions": session.system_prompt, "metadata": params.get("metadata") or {}, "model": params["model"],
-        "output": output, "parallel_tool_calls": True,
-        "temperature": float(config.get("temperature", 0.0)), "top_p": float(config.get("top_p", 1.0)),
-        "max_output_tokens": int(config.get("max_tokens", 256)), "tool_choice": "auto",
-        "tools": function_tools(session.tools), "previous_response_id": row.previous_response_id,
-        "conversation": {"id": row.conversation_id} if row.conversation_id else None,
-        "store": True, "background": False, "text": {"format": {"type": "text"}}, "truncation": "disabled",
-        "usage": {
-            "input_tokens": usage.get("input_tokens", 0),
-            "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0),
-                                     "cache_write_tokens": usage.get("prefill_tokens", 0)},
-            "output_tokens": usage.get("output_tokens", 0),
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage.get("input_tokens", 0) + usage.get("output_tokens", 0),
-        },
-        "lethe_session_id": row.session_id, "lethe_turn": row.turn,
-    }

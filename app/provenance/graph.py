@@ -1,7 +1,7 @@
 """Provenance queries: the taint closure of an artifact and the first entry τ of a source (Algorithm 1, lines 2-3).
 
 The graph lives in `provenance_edges` (parent was in the context of the model call that produced child), stored as
-the transitive reduction of the full-context dependencies (app/runtime/context.py): reachability over the stored
+the transitive reduction of the full-context dependencies (app/runtime/provenance.py): reachability over the stored
 edges equals reachability over "every prefix artifact → every later model output". The closure is one recursive
 CTE in PostgreSQL, scoped to the session, so it never leaves the database and never crosses a tenant.
 

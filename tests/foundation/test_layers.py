@@ -9,7 +9,7 @@ Layers, bottom to top (a module may import its own layer and any layer below it)
     4  sessions (the session service: turns, compaction, locking)
     5  forget, policies (the context policy objects: their turn, forget and provenance halves, one registry)
     6  webhooks
-    7  api, openai_compat, console, container (HTTP and the composition root)
+    7  api, openai_compat, mcp, console, container (HTTP and the composition root)
     8  main, cli, serving (the processes), openapi_spec
 
 Imports under `if TYPE_CHECKING:` count: a cycle hidden from the interpreter is still a cycle for the reader.
@@ -33,7 +33,7 @@ LAYERS: dict[str, int] = {
     "app.sessions": 4,
     "app.forget": 5, "app.policies": 5,
     "app.webhooks": 6,
-    "app.api": 7, "app.openai_compat": 7, "app.console": 7, "app.container": 7,
+    "app.api": 7, "app.openai_compat": 7, "app.mcp": 7, "app.console": 7, "app.container": 7,
     "app.main": 8, "app.cli": 8, "app.serving": 8, "app.openapi_spec": 8, "app.__main__": 8,
 }
 

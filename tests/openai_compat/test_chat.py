@@ -1,5 +1,6 @@
 """Chat Completions: stateless requests whose resent history continues the session that holds it (its cache), over
-the real `openai` SDK and LangChain's `ChatOpenAI` (no network: the server is the loopback one)."""
+the real `openai` SDK and LangChain's `ChatOpenAI` (no network: the server is the loopback one); LangChain's
+`ChatOpenAI(use_responses_api=True)` over Responses the same way (a resent history, system message first)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,18 @@ def test_langchain_chat_openai_runs_against_it(live_server: LiveServer, model: s
     assert usage["prompt_tokens_details"]["cached_tokens"] > 0  # LangChain's resent history hit the session
     streamed = "".join(str(chunk.content) for chunk in llm.stream(history))
     assert streamed == first.content
+
+
+def test_langchain_chat_openai_on_the_responses_api(live_server: LiveServer, model: str) -> None:
+    llm = ChatOpenAI(base_url=live_server.base_url + "/v1", api_key=BOOTSTRAP_KEY, model=model,  # type: ignore[arg-type]
+                     use_responses_api=True, max_tokens=6, temperature=0, max_retries=0)  # type: ignore[call-arg]
+    history: list[Any] = [SystemMessage("You are a helpful assistant."), HumanMessage("I live in Paris.")]
+    first = llm.invoke(history)
+    assert isinstance(first, AIMessage) and first.text and first.response_metadata["id"].startswith("resp_")
+    second = llm.invoke([*history, first, HumanMessage("Where do I live?")])
+    assert second.text
+    # LangChain resent the whole history (its system message as the first input item): Lethe found the session that
+    # sampled `first` and prefilled only the new message.
+    assert second.usage_metadata is not None
+    assert second.usage_metadata["input_token_details"].get("cache_read", 0) > 0
+    assert "".join(chunk.text for chunk in llm.stream(history)) == first.text

@@ -22,7 +22,7 @@ class RetrievalConfig(RequestModel):
 
 
 def _tool_rules(schema: dict[str, Any]) -> None:
-    """A built-in is one of BUILTINS, of its own kind (app/runtime/tools.py `normalize`; 422 otherwise)."""
+    """A built-in is one of BUILTINS, of its own kind (app/runtime/tool_catalog.py `normalize`; 422 otherwise)."""
     schema["if"] = {"required": ["builtin"], "properties": {"builtin": {"const": True}}}
     schema["then"] = {
         "anyOf": [
