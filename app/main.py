@@ -23,6 +23,7 @@ from app.container import Container
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
 from app.engine.elsewhere import EngineInAnotherProcess
+from app.engine.fleet import ObservedFleet
 from app.engine.protocol import KVEngine
 from app.engine.slot import EngineSlot
 from app.observability.metrics import Metrics
@@ -66,6 +67,8 @@ def create_app(
         if not (prepared or worker):
             await tenants.bootstrap(settings)
         chosen = engine or _engine_for(settings, worker=worker)
+        if isinstance(chosen, ObservedFleet):
+            chosen.observe(metrics.fleet_request)  # each session request's affinity and reuse (lethe_fleet_*)
         slot = EngineSlot(chosen)
         container = Container(settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants)
         app.state.container = container

@@ -26,7 +26,7 @@ from app.db.session import Database
 from app.db.statements import InSession
 from app.embeddings import Embedder
 from app.engine.slot import EngineSlot
-from app.errors import InvalidRequest, NotFound, SessionBusy
+from app.errors import EngineUnavailable, InvalidRequest, NotFound, SessionBusy
 from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
@@ -153,6 +153,11 @@ class ForgetExecutor:
             raise
         except NotFound:
             return receipt  # the session was deleted meanwhile: nothing of it is left to forget
+        except EngineUnavailable as gone:
+            # The engine went away under the replay (a fleet worker died): nothing of this session committed, and the
+            # job runs again, on an engine that lives (the router's next worker), instead of failing.
+            self.handles.pop(session_id)
+            raise Retry(f"session {session_id}: {gone.detail}") from None
         except BaseException:
             # Nothing of this session's rebuild committed; the cache handle may hold the rebuilt suffix.
             self.handles.pop(session_id)

@@ -36,7 +36,7 @@ from app.runtime import retrieval
 from app.runtime.blocks import MODEL_KINDS, Block, render
 from app.runtime.context import Node, union_sources
 from app.runtime.records import artifact_row, edge_row
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.transition import sampling_for
 
 Mode = Literal["delete", "selective", "full"]
@@ -194,7 +194,8 @@ class _Regeneration:
                 return
             context = [f.neighbor() for f in summarized]
             answer = await retrieval.summarize(
-                work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context, sampling_of
+                work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context, sampling_of,
+                route=route_of(session),
             )
         else:
             own = self._own(row.turn)
@@ -204,7 +205,7 @@ class _Regeneration:
             context = await self._retrieve(row.turn, own)
             answer = await retrieval.respond(
                 work.engine, work.handles, session.id, salt_of(session), self.preamble_tokens, context,
-                [Block(f.kind, f.content, f.token_ids) for f in own], sampling_of,
+                [Block(f.kind, f.content, f.token_ids) for f in own], sampling_of, route=route_of(session),
             )
         known = {f.id: f for f in self.finals}
         parents = [*self.preamble_ids, *(m.id for m in context), *(f.id for f in own)]

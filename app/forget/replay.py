@@ -32,7 +32,7 @@ from app.runtime.compaction import LiveRow, compact, summary_room
 from app.runtime.context import policy_for
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import RUNTIME_META, log_entries, records_for, stored_log
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.tooling import ToolContext, advance_with_tools
 from app.runtime.tools import declared
 from app.runtime.transition import Synced, Usage, check_room, sampling_for, sync
@@ -120,7 +120,7 @@ async def replay(
             await engine.crop(handle, offset)  # the restore (Lemma 1)
         else:
             handle = None  # this process's cache disagrees with the database: rebuild from the recipe
-    synced = await sync(engine, handle, session.id, salt_of(session), stored_log(log))
+    synced = await sync(engine, handle, route_of(session), salt_of(session), stored_log(log))
     handles.put(session.id, synced.handle)
     out.handle = synced.handle
     restore_prefilled = synced.prefilled

@@ -21,7 +21,7 @@ from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
 from app.runtime.context import policy_for
 from app.runtime.handles import HandleRegistry
 from app.runtime.records import records_for, stored_log
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.transition import advance, check_room, sync
 
 
@@ -142,7 +142,7 @@ async def append_instruction(
     log = entries_of(rows)
     block = render(engine.chat, Observation("user", instruction))
     check_room(engine, log[-1].token_end if log else 0, len(block.token_ids), False)
-    synced = await sync(engine, handles.get(session.id), session.id, salt_of(session), stored_log(log))
+    synced = await sync(engine, handles.get(session.id), route_of(session), salt_of(session), stored_log(log))
     handles.put(session.id, synced.handle)
     outcome = await advance(engine, synced, [block], None)
     policy = policy_for(session.context_policy)

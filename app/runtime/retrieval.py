@@ -147,14 +147,17 @@ async def respond(
     observations: Sequence[Block],
     sampling_of: SamplingOf,
     on_tokens: TokenSink | None = None,
+    *,
+    route: str | None = None,
 ) -> Answer:
     """Sample one reply from preamble + context + observations. `sampling_of(room)` gives the transition's sampling
-    once the prompt's size is known (transition.sampling_for)."""
+    once the prompt's size is known (transition.sampling_for). `route`: the key a new handle is opened with
+    (salts.route_of; the session id when not given)."""
     chat = engine.chat
     rest = [*context_tokens(engine, context), *(t for b in observations for t in b.token_ids)]
     room = check_room(engine, len(preamble_tokens), len(rest), True)
     sampling = sampling_of(room)
-    handle, preamble_prefilled = await _at_preamble(engine, handles, session_id, salt, preamble_tokens)
+    handle, preamble_prefilled = await _at_preamble(engine, handles, session_id, salt, preamble_tokens, route)
     try:
         first = await engine.prefill(handle, [*rest, *chat.assistant_header()])
         prompt_tokens = len(handle.tokens)
@@ -182,11 +185,15 @@ async def summarize(
     preamble_tokens: list[int],
     sources: Sequence[Neighbor],
     sampling_of: SamplingOf,
+    *,
+    route: str | None = None,
 ) -> Answer:
     """A summary of `sources`: the same call as a reply, with the sources as its context and a request to
     summarize as its only observation (the request is not stored)."""
     request = render(engine.chat, Observation("user", SUMMARIZE))
-    answer = await respond(engine, handles, session_id, salt, preamble_tokens, sources, [request], sampling_of)
+    answer = await respond(
+        engine, handles, session_id, salt, preamble_tokens, sources, [request], sampling_of, route=route
+    )
     text = answer.reply.content.strip()
     meta = {"summarized": [m.id for m in sources]}
     block = Block("summary", text, engine.chat.render_block("system", SUMMARY_HEADER + text), meta)
@@ -194,12 +201,13 @@ async def summarize(
 
 
 async def _at_preamble(
-    engine: KVEngine, handles: HandleRegistry, session_id: str, salt: str, preamble_tokens: list[int]
+    engine: KVEngine, handles: HandleRegistry, session_id: str, salt: str, preamble_tokens: list[int],
+    route: str | None,
 ) -> tuple[CacheHandle, int]:
     """This process's handle for the session holding exactly the preamble; the tokens prefilled to get there."""
     handle = handles.get(session_id)
     if handle is None:
-        handle = await engine.open(session_id, salt=salt)
+        handle = await engine.open(route or session_id, salt=salt)
     else:
         use_salt(engine, handle, salt)
     common = 0

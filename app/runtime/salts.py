@@ -38,6 +38,13 @@ def salt_of(session: AgentSession) -> str:
     return session_salt(session.tenant_id, session.id, session.cache_generation or 0)
 
 
+def route_of(session: AgentSession) -> str:
+    """The key a session's engine handles are opened with: on a fleet it is the `X-Session-ID` by which vllm-router
+    keeps the session on one worker (engine/fleet.py). No cache generation in it: a forget that moves the session to
+    a new salt keeps its worker (and its clean prefix cached there, where the salt did not change)."""
+    return f"{session.tenant_id}:{session.id}"
+
+
 def rotates(before: Sequence[int], after: Sequence[int], *, retrieval: bool = False) -> bool:
     """Whether a forget that turned the log `before` into `after` must give the session a new cache salt: when a
     request extending `after` could match `before`'s blocks past what `after` holds (`after` is a proper prefix of

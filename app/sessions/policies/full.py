@@ -19,7 +19,7 @@ from app.runtime.blocks import Block
 from app.runtime.compaction import LiveRow, compact, summary_room
 from app.runtime.context import ContextPolicy, FullContext
 from app.runtime.records import records_for, stored_log
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.tooling import ToolContext, advance_with_tools
 from app.runtime.transition import check_room, rewind, sampling_for, sync
 from app.sessions.policies.base import Summary, Transition, TurnRun, reply_keep_ids
@@ -39,7 +39,7 @@ class FullTurns:
         sampling = sampling_for(row.sampling, t.turn, room) if generate else None
         async with t.db.transaction() as tx:
             tools = await _tool_context(tx, row)
-        synced = await sync(engine, t.handles.get(row.id), row.id, salt_of(row), stored)
+        synced = await sync(engine, t.handles.get(row.id), route_of(row), salt_of(row), stored)
         t.handles.put(row.id, synced.handle)
         try:
             sources = frozenset(s for entry in t.log for s in entry.source_ids)
@@ -76,7 +76,7 @@ class FullTurns:
         room = summary_room(engine, len(stored.tokens))
         async with t.db.transaction() as tx:
             next_position = await artifacts_repo.max_position(tx, row.id) + 1
-        synced = await sync(engine, t.handles.get(row.id), row.id, salt_of(row), stored)
+        synced = await sync(engine, t.handles.get(row.id), route_of(row), salt_of(row), stored)
         t.handles.put(row.id, synced.handle)
         try:
             done = await compact(

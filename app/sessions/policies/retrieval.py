@@ -21,7 +21,7 @@ from app.runtime.blocks import Block
 from app.runtime.compaction import LiveRow, split_older
 from app.runtime.context import ContextPolicy, RetrievedContext
 from app.runtime.records import records_for
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.tooling import ToolStep
 from app.runtime.transition import Outcome, Usage, sampling_for
 from app.sessions.policies.base import Summary, Transition, TurnRun, reply_keep_ids
@@ -50,7 +50,7 @@ class RetrievalTurns:
                 context = await retrieval.retrieve(tx, row.id, query, retrieval.Params.of(row.retrieval), t.turn)
             answer = await retrieval.respond(
                 t.engine, t.handles, row.id, salt_of(row), preamble_tokens, context, blocks,
-                lambda room: sampling_for(row.sampling, t.turn, room), on_tokens,
+                lambda room: sampling_for(row.sampling, t.turn, room), on_tokens, route=route_of(row),
             )
         reply = None if answer is None else answer.reply
         usage = Usage(0, 0, 0, 0, 0) if answer is None else answer.usage
@@ -85,7 +85,7 @@ class RetrievalTurns:
         preamble_ids, preamble_tokens = retrieval.preamble(t.log)
         answer = await retrieval.summarize(
             t.engine, t.handles, row.id, salt_of(row), preamble_tokens, sources,
-            lambda room: sampling_for(row.sampling, t.turn, room),
+            lambda room: sampling_for(row.sampling, t.turn, room), route=route_of(row),
         )
         outcome = Outcome([answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)
         parents = RetrievedContext(preamble_ids, [m.id for m in sources])
