@@ -49,6 +49,7 @@ _PROBE_TEXT = "Lethe tokenizer check: naïve café, 12 345 tokens\tend."
 # What a 503 asks a client to wait: about what vllm-router takes to drop a dead worker with the health settings the
 # README gives (a check per second, two failures), after which the retry lands on a worker that lives.
 RETRY_AFTER_S = 2
+START_RETRY_FIRST_S, START_RETRY_MAX_S = 0.5, 5.0  # how often start() asks a fleet that does not answer yet
 
 
 class RemoteEngineError(RuntimeError):
@@ -135,15 +136,31 @@ class VLLMRemoteEngine:
                 base_url=self._base_url, headers=self._headers, timeout=self._timeout, transport=self._transport
             )
             try:
-                await self._discover(client)
-                self._chat = chat
-                await self._check_fleet(client, chat)
+                await self._reach_fleet(client, chat)
             except BaseException:
                 await client.aclose()
                 raise
             self.model_id = resolved.model_id
             self._client = client
             log.info("vllm-remote engine ready: %s served as %r at %s", self.model_id, self._served, self._base_url)
+
+    async def _reach_fleet(self, client: httpx.AsyncClient, chat: ChatMLTemplate) -> None:
+        """Discover and check the fleet, waiting for it as long as it does not answer: a fleet often comes up after
+        Lethe (vllm-router listens only once a worker is healthy, which takes minutes; pods start in any order), and
+        an engine that gave up would leave the process unready for good. /readyz answers 503 meanwhile. A fleet that
+        answers wrongly (another tokenizer, no cached-token counts) fails at once."""
+        delay = START_RETRY_FIRST_S
+        while True:
+            try:
+                await self._discover(client)
+                self._chat = chat
+                await self._check_fleet(client, chat)
+                return
+            except EngineUnavailable as exc:
+                log.warning("the vllm fleet at %s does not answer yet (%s); trying again in %.1f s",
+                            self._base_url, exc.detail, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, START_RETRY_MAX_S)
 
     async def _discover(self, client: httpx.AsyncClient) -> None:
         models = (await _json(await _send(client.get("/v1/models")))).get("data") or []

@@ -181,3 +181,23 @@ def test_fleet_requests_are_counted_by_affinity() -> None:
     assert 'lethe_fleet_requests_total{affinity="kept"} 1.0' in text
     assert 'lethe_fleet_reused_tokens_total{affinity="kept"} 256.0' in text
     assert 'lethe_fleet_prompt_tokens_total{affinity="lost"} 340.0' in text
+
+
+async def test_start_waits_for_a_fleet_that_comes_up_later(chat: ChatMLTemplate) -> None:
+    """vllm-router listens only once a worker is healthy, and then answers 503 while none is: the engine keeps
+    asking instead of leaving the process unready for good."""
+    fleet = ScriptedFleet(chat)
+    answers = [httpx.ConnectError("refused"), httpx.Response(503, text="No available workers")]
+
+    def later(request: httpx.Request) -> httpx.Response:
+        if answers:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return fleet(request)
+
+    engine = VLLMRemoteEngine("http://router", None, MODEL_CACHE, transport=httpx.MockTransport(later))
+    await engine.start()
+    assert engine.ready and not answers and engine.served_model == "smollm2"
+    await engine.close()
