@@ -5,6 +5,7 @@ vllm-router flag they use is one the installed router knows. Nothing here needs 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 K8S = ROOT / "deploy" / "k8s"
 README = ROOT / "README.md"
 ROUTER_DOCKERFILE = ROOT / "deploy" / "router" / "Dockerfile"
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lethe.json"
 SETTINGS = {f"LETHE_{name.upper()}" for name in Settings.model_fields}
 LETHE_VAR_RE = re.compile(r"\bLETHE_[A-Z0-9_]+")
 FLAG_RE = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
@@ -233,3 +235,16 @@ def test_every_router_flag_the_files_use_is_a_flag_of_the_installed_router() -> 
     assert "vllm-router==" in ROUTER_DOCKERFILE.read_text()
     pinned = re.search(r'"vllm-router==([0-9.]+)"', (ROOT / "pyproject.toml").read_text())
     assert pinned and f"vllm-router=={pinned.group(1)}" in ROUTER_DOCKERFILE.read_text()
+
+
+def test_the_dashboards_router_metrics_are_metrics_of_the_installed_router() -> None:
+    """The router registers a metric when it first records it, so a live router shows only those it has used; its
+    library holds every name. (The workers' `vllm:` names are checked against live workers in tests/fleet.)"""
+    spec = importlib.util.find_spec("vllm_router_rs")
+    if spec is None or spec.origin is None:
+        pytest.skip("vllm-router is not installed: `make install-fleet` (or `make test`) adds it")
+    library = Path(spec.origin).read_bytes()
+    names = set(re.findall(r"vllm_router_[a-z_]+", DASHBOARD.read_text()))
+    assert names, "the dashboard plots no router metric"
+    for name in names:
+        assert name.encode() in library, name

