@@ -69,6 +69,7 @@ def _named(kind: str, name: str) -> dict[str, Any]:
 
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
     (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
     return container
 
 

@@ -187,15 +187,17 @@ async def test_start_waits_for_a_fleet_that_comes_up_later(chat: ChatMLTemplate)
     """vllm-router listens only once a worker is healthy, and then answers 503 while none is: the engine keeps
     asking instead of leaving the process unready for good."""
     fleet = ScriptedFleet(chat)
-    answers = [httpx.ConnectError("refused"), httpx.Response(503, text="No available workers")]
+    answers: list[httpx.Response | Exception] = [
+        httpx.ConnectError("refused"), httpx.Response(503, text="No available workers")
+    ]
 
     def later(request: httpx.Request) -> httpx.Response:
-        if answers:
-            answer = answers.pop(0)
-            if isinstance(answer, Exception):
-                raise answer
-            return answer
-        return fleet(request)
+        if not answers:
+            return fleet(request)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     engine = VLLMRemoteEngine("http://router", None, MODEL_CACHE, transport=httpx.MockTransport(later))
     await engine.start()
