@@ -349,8 +349,10 @@ async def _json(response: httpx.Response) -> dict[str, Any]:
         detail = response.text[:500]
         if response.status_code < 500:
             raise ValueError(f"the vllm fleet rejected the request ({response.status_code}): {detail}")
+        # The router's text names its workers' addresses: it goes to the log, not to the client.
+        log.warning("the vllm fleet failed a request (%s): %s", response.status_code, detail)
         raise EngineUnavailable(
-            f"the vllm fleet failed the request ({response.status_code}): {detail}", retry_after_s=RETRY_AFTER_S
+            f"the vllm fleet failed the request ({response.status_code})", retry_after_s=RETRY_AFTER_S
         )
     body = response.json()
     if not isinstance(body, dict):

@@ -266,6 +266,7 @@ def test_a_worker_dies_under_a_turn_and_a_forgets_replay(fleet: Fleet) -> None:
         failed = out["result"]
         assert problem(failed, 503)["type"].endswith("/engine-unavailable")
         assert int(failed.headers["Retry-After"]) >= 1
+        assert worker.url.split("//")[1] not in failed.text  # the fleet's addresses stay out of the client's view
         assert client.get(f"/v1/sessions/{a}").json()["turns"] == turns  # nothing of the turn was committed
 
         job = wait_job(client, submitted.json()["id"])
