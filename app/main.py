@@ -22,6 +22,7 @@ from app.container import Container
 from app.db.migrate import upgrade_to_head_async
 from app.db.session import Database, resolve_database_url
 from app.embeddings import Embedder, MiniLMEmbedder
+from app.engine.fleet import ObservedFleet
 from app.engine.model_store import model_id_for
 from app.engine.process.adapters import EngineProcessCaches, EngineProcessEmbedder
 from app.engine.process.client import EngineClient
@@ -76,6 +77,8 @@ def create_app(
             embedder: Embedder = EngineProcessEmbedder(client)
         else:
             chosen, handles, embedder = engine or _build_engine(settings), LocalSessionCaches(), MiniLMEmbedder()
+        if isinstance(chosen, ObservedFleet):
+            chosen.observe(metrics.fleet_request)  # each session request's affinity and reuse (lethe_fleet_*)
         slot = EngineSlot(chosen)
         container = Container(
             settings=settings, db=db, metrics=metrics, engine=slot, tenants=tenants, handles=handles,

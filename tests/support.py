@@ -235,3 +235,11 @@ def rewired(container: Any, **settings: Any) -> Any:
         settings=container.settings.model_copy(update=settings), db=container.db, metrics=container.metrics,
         engine=container.engine, tenants=container.tenants, handles=container.handles, embedder=container.embedder,
     )
+
+
+def cache_key(database_url: str, session_id: str) -> str:
+    """The key a session's cache handle is kept under (app/runtime/salts.py `route_of`)."""
+    from app.runtime.salts import session_route
+
+    [row] = sql(database_url, "SELECT tenant_id FROM sessions WHERE id = $1", session_id)
+    return session_route(row["tenant_id"], session_id)

@@ -16,12 +16,19 @@ request's logits; exact replay of seeded samples under load needs a fleet run wi
 or with `VLLM_BATCH_INVARIANT=1` on supported GPUs (or accepting rare token flips), and the fleet must keep the same
 dtype and kernels as the original run. The engine cannot see the fleet's flags: `exactness` is what the operator
 declares (`LETHE_VLLM_REMOTE_EXACTNESS`), "batched" unless told otherwise.
+
+A fleet of several `vllm serve` workers sits behind vllm-router (README "A vLLM fleet"): every request of a session
+carries `X-Session-ID: <handle.session_key>` (the runtime opens handles with `tenant:session`), so the router's
+`consistent_hash` policy keeps the session on the worker that holds its prefix cache (fleet.py). A worker (or the
+router) that goes away under a request surfaces as `EngineUnavailable`, a 503 with Retry-After: the request changed
+nothing (the runtime commits a turn only after its reply), and its retry lands on a worker that lives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -29,14 +36,20 @@ from typing import Any
 import httpx
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
+from app.engine.fleet import SESSION_HEADER, AffinityTracker, FleetObserver
 from app.engine.model_store import model_id_for, resolve_model
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.vllm_common import cache_salt, check_ids, to_generation, vllm_seed
+from app.errors import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
 _PROBE_TEXT = "Lethe tokenizer check: naïve café, 12 345 tokens\tend."
+# What a 503 asks a client to wait: about what vllm-router takes to drop a dead worker with the health settings the
+# README gives (a check per second, two failures), after which the retry lands on a worker that lives.
+RETRY_AFTER_S = 2
+START_RETRY_FIRST_S, START_RETRY_MAX_S = 0.5, 5.0  # how often start() asks a fleet that does not answer yet
 
 
 class RemoteEngineError(RuntimeError):
@@ -81,6 +94,8 @@ class VLLMRemoteEngine:
         self._requests = count(1)
         self._start_lock = asyncio.Lock()
         self._closed = False
+        self._affinity = AffinityTracker()
+        self._observer: FleetObserver | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -125,9 +140,7 @@ class VLLMRemoteEngine:
                 base_url=self._base_url, headers=self._headers, timeout=self._timeout, transport=self._transport
             )
             try:
-                await self._discover(client)
-                self._chat = chat
-                await self._check_fleet(client, chat)
+                await self._reach_fleet(client, chat)
             except BaseException:
                 await client.aclose()
                 raise
@@ -135,8 +148,26 @@ class VLLMRemoteEngine:
             self._client = client
             log.info("vllm-remote engine ready: %s served as %r at %s", self.model_id, self._served, self._base_url)
 
+    async def _reach_fleet(self, client: httpx.AsyncClient, chat: ChatMLTemplate) -> None:
+        """Discover and check the fleet, waiting for it as long as it does not answer: a fleet often comes up after
+        Lethe (vllm-router listens only once a worker is healthy, which takes minutes; pods start in any order), and
+        an engine that gave up would leave the process unready for good. /readyz answers 503 meanwhile. A fleet that
+        answers wrongly (another tokenizer, no cached-token counts) fails at once."""
+        delay = START_RETRY_FIRST_S
+        while True:
+            try:
+                await self._discover(client)
+                self._chat = chat
+                await self._check_fleet(client, chat)
+                return
+            except EngineUnavailable as exc:
+                log.warning("the vllm fleet at %s does not answer yet (%s); trying again in %.1f s",
+                            self._base_url, exc.detail, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, START_RETRY_MAX_S)
+
     async def _discover(self, client: httpx.AsyncClient) -> None:
-        models = (await _json(await client.get("/v1/models"))).get("data") or []
+        models = (await _json(await _send(client.get("/v1/models")))).get("data") or []
         by_id = {str(m.get("id")): m for m in models if isinstance(m, dict)}
         if self._served is None:
             if len(by_id) != 1:
@@ -149,9 +180,9 @@ class VLLMRemoteEngine:
 
     async def _check_fleet(self, client: httpx.AsyncClient, chat: ChatMLTemplate) -> None:
         expected = chat.encode(_PROBE_TEXT)
-        reply = await client.post(
+        reply = await _send(client.post(
             "/tokenize", json={"model": self._served, "prompt": _PROBE_TEXT, "add_special_tokens": False}
-        )
+        ))
         if reply.status_code != 404:  # a fleet may hide /tokenize; then the usage probe below is all we can check
             tokens = (await _json(reply)).get("tokens")
             if tokens != expected:
@@ -162,6 +193,10 @@ class VLLMRemoteEngine:
             raise RemoteEngineError(
                 "the fleet does not report cached prompt tokens: start it with --enable-prompt-tokens-details"
             )
+
+    def observe(self, observer: FleetObserver) -> None:
+        """Call `observer` with every session request's affinity and token counts (the app's metrics)."""
+        self._observer = observer
 
     async def close(self) -> None:
         async with self._start_lock:
@@ -197,7 +232,7 @@ class VLLMRemoteEngine:
         log_ids = list(handle.tokens)
         if not log_ids:
             return TokenUsage()
-        body = await self._complete(client, log_ids, Sampling(max_tokens=1), salt=handle.salt)
+        body = await self._complete(client, log_ids, Sampling(max_tokens=1), salt=handle.salt, handle=handle)
         return _usage(body, len(log_ids))
 
     async def generate(
@@ -213,7 +248,7 @@ class VLLMRemoteEngine:
         if room <= 0:
             # Nothing to sample (the fleet rejects max_tokens=0), so nothing to compute yet: the log waits.
             return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
-        body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room)
+        body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room, handle=handle)
         choice = _first_choice(body)
         sampled = choice.get("token_ids")
         if not isinstance(sampled, list):
@@ -235,6 +270,7 @@ class VLLMRemoteEngine:
         if not 0 <= n_tokens <= len(handle.tokens):
             raise ValueError(f"crop to {n_tokens} tokens: the log holds {len(handle.tokens)}")
         del handle.tokens[n_tokens:]
+        self._affinity.cropped(handle, n_tokens)
 
     async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
         return CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens))
@@ -244,6 +280,8 @@ class VLLMRemoteEngine:
 
     def resalt(self, handle: CacheHandle, salt: str | None) -> None:
         """Move the handle to another cache salt (a forget's new generation, runtime/salts.py)."""
+        if salt != handle.salt:
+            self._affinity.resalted(handle)
         handle.salt = salt
 
     async def release(self, handle: CacheHandle) -> None:
@@ -268,7 +306,10 @@ class VLLMRemoteEngine:
         *,
         salt: str | None,
         max_tokens: int | None = None,
+        handle: CacheHandle | None = None,
     ) -> dict[str, Any]:
+        """One completion. `handle`: the session the request is for (None: the start-up probe), whose routing key
+        goes in `X-Session-ID` and whose answer is classified (fleet.py) for the observer."""
         payload: dict[str, Any] = {
             "model": self._served,
             "prompt": prompt,
@@ -289,15 +330,44 @@ class VLLMRemoteEngine:
         salted = cache_salt(salt)
         if salted is not None:
             payload["cache_salt"] = salted
-        return await _json(await client.post("/v1/completions", json=payload))
+        headers = {SESSION_HEADER: handle.session_key} if handle is not None else None
+        try:
+            body = await _json(await _send(client.post("/v1/completions", json=payload, headers=headers)))
+        except EngineUnavailable:
+            if handle is not None and self._observer is not None:
+                self._observer(self._affinity.failed(len(prompt)))
+            raise
+        if handle is not None:
+            usage = _usage(body, len(prompt))
+            answered = self._affinity.answered(handle, len(prompt), usage.reused)
+            if self._observer is not None:
+                self._observer(answered)
+        return body
+
+
+async def _send(request: Awaitable[httpx.Response]) -> httpx.Response:
+    """The fleet's answer. A connection that fails or breaks (a worker or the router died under the request, or
+    never answered within the timeout) raises EngineUnavailable."""
+    try:
+        return await request
+    except httpx.TransportError as exc:
+        raise EngineUnavailable(
+            f"the vllm fleet went away under the request ({type(exc).__name__})", retry_after_s=RETRY_AFTER_S
+        ) from exc
 
 
 async def _json(response: httpx.Response) -> dict[str, Any]:
+    """The JSON object a fleet request answered. A 5xx (the router found no live worker, or lost the one it sent the
+    request to) raises EngineUnavailable; a 4xx is a request the fleet rejects (ValueError)."""
     if response.status_code >= 400:
         detail = response.text[:500]
         if response.status_code < 500:
             raise ValueError(f"the vllm fleet rejected the request ({response.status_code}): {detail}")
-        raise RemoteEngineError(f"the vllm fleet failed ({response.status_code}): {detail}")
+        # The router's text names its workers' addresses: it goes to the log, not to the client.
+        log.warning("the vllm fleet failed a request (%s): %s", response.status_code, detail)
+        raise EngineUnavailable(
+            f"the vllm fleet failed the request ({response.status_code})", retry_after_s=RETRY_AFTER_S
+        )
     body = response.json()
     if not isinstance(body, dict):
         raise RemoteEngineError("the vllm fleet answered with something other than a JSON object")

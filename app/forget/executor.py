@@ -43,6 +43,7 @@ from app.memory import repository as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
 from app.policies import POLICIES
+from app.runtime.salts import session_route
 from app.runtime.step import Machinery
 from app.sessions.service import SessionService
 
@@ -152,18 +153,19 @@ class ForgetExecutor:
         except SessionBusy:
             raise Retry(f"session {session_id} is busy") from None
         except NeedsInput:
-            await self.handles.drop(session_id)
+            await self.handles.drop(session_route(job.tenant_id, session_id))
             raise
         except NotFound:
             return receipt  # the session was deleted meanwhile: nothing of it is left to forget
-        except EngineUnavailable:
+        except EngineUnavailable as gone:
             # The engine went away under the replay (its process restarts, a fleet server died): nothing of this
-            # session committed, and the job is tried again once the engine is back, not failed.
-            await self.handles.drop(session_id)
-            raise Retry(f"the engine went away while session {session_id} was being forgotten") from None
+            # session committed, and the job runs again on an engine that lives (the restarted process, the router's
+            # next worker) instead of failing.
+            await self.handles.drop(session_route(job.tenant_id, session_id))
+            raise Retry(f"session {session_id}: {gone.detail}") from None
         except BaseException:
             # Nothing of this session's rebuild committed; the cache handle may hold the rebuilt suffix.
-            await self.handles.drop(session_id)
+            await self.handles.drop(session_route(job.tenant_id, session_id))
             raise
         self._observe_session(strategy.name, entry)
         return updated

@@ -28,6 +28,7 @@ from app.forget.locate import Located
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow
 from app.runtime.records import RUNTIME_META
+from app.runtime.salts import route_of
 from app.runtime.step import Compaction, Machinery, SessionPolicy, SessionState, Step, TransitionInput, step
 from app.runtime.tool_catalog import declared
 from app.runtime.tool_loop import ToolContext
@@ -154,13 +155,14 @@ async def _restore(m: Machinery, session: AgentSession, state: SessionState, res
     """Crop the session's cache to the restore point (Lemma 1); the tokens kept. A cache that disagrees with the
     database, and every cache for a cold replay, is dropped: the first replayed transition rebuilds it from the log
     along its recipe."""
-    handle = await m.handles.checkout(session.id)
+    key = route_of(session)
+    handle = await m.handles.checkout(key)
     if handle is None:
         return 0
     clean = [t for entry in state.log for t in entry.token_ids]
     offset = restore.token_offset
     if cold or len(handle.tokens) < offset or handle.tokens[:offset] != clean[:offset]:
-        await m.handles.drop(session.id)
+        await m.handles.drop(key)
         if cold:
             await m.engine.release(handle)
         return 0

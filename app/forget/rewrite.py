@@ -17,6 +17,7 @@ from app.db.models import AgentSession, Artifact
 from app.forget.replay import Rebuilt, entries_of, observation_of
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
 from app.runtime.records import stored_log
+from app.runtime.salts import route_of
 from app.runtime.step import Machinery, SessionPolicy, SessionState, TransitionInput, step
 
 
@@ -115,10 +116,11 @@ def _chunk_boundary(rows: Sequence[Artifact], position: int) -> int:
 
 async def _reprefill(m: Machinery, session: AgentSession, tokens: list[int], boundary: int) -> tuple[int, int]:
     """Crop the session's cache to `boundary` and prefill the rewritten rest in one chunk; (reused, prefilled)."""
-    handle = await m.handles.checkout(session.id)
+    key = route_of(session)
+    handle = await m.handles.checkout(key)
     if handle is None or handle.tokens[:boundary] != tokens[:boundary] or len(handle.tokens) < boundary:
         if handle is not None:
-            await m.handles.drop(session.id)
+            await m.handles.drop(key)
         return 0, 0  # nothing resident: the next turn rebuilds along the recipe, paying then
     await m.engine.crop(handle, boundary)
     rest = tokens[boundary:]

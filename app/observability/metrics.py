@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+
+class FleetAnswer(Protocol):
+    """What the vllm-remote engine reports of one session request (app/engine/fleet.py FleetRequest)."""
+
+    @property
+    def affinity(self) -> str: ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def reused_tokens(self) -> int: ...
 
 
 class Metrics:
@@ -57,6 +71,28 @@ class Metrics:
             "lethe_forget_queue_depth", "Forget jobs queued or running (all processes), as this process last saw.",
             registry=self.registry, multiprocess_mode="livemax",
         )
+        # A vLLM fleet behind vllm-router (engine vllm-remote): every request a session makes, by its affinity
+        # (app/engine/fleet.py): kept (it found its prefix cache), lost (it had one on the fleet and found none: a
+        # failover), new (nothing to find yet), failed (the fleet went away under it: the client got a 503).
+        self.fleet_requests = Counter(
+            "lethe_fleet_requests_total", "Session requests to the vLLM fleet, by session affinity.",
+            ["affinity"], registry=self.registry,
+        )
+        self.fleet_prompt_tokens = Counter(
+            "lethe_fleet_prompt_tokens_total", "Prompt tokens of session requests to the vLLM fleet, by affinity.",
+            ["affinity"], registry=self.registry,
+        )
+        self.fleet_reused_tokens = Counter(
+            "lethe_fleet_reused_tokens_total",
+            "Of those, tokens the fleet served from its prefix cache (the cache hit rate's numerator), by affinity.",
+            ["affinity"], registry=self.registry,
+        )
+
+    def fleet_request(self, request: FleetAnswer) -> None:
+        """One session request to the fleet (VLLMRemoteEngine.observe)."""
+        self.fleet_requests.labels(affinity=request.affinity).inc()
+        self.fleet_prompt_tokens.labels(affinity=request.affinity).inc(request.prompt_tokens)
+        self.fleet_reused_tokens.labels(affinity=request.affinity).inc(request.reused_tokens)
 
         # Read replicas (app/db/replicas.py): where reads that may leave the primary went, and how far behind each
         # replica is (untokened reads see that lag; tokened ones wait for it or read the primary).

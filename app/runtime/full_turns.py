@@ -13,7 +13,7 @@ from app.engine.protocol import TokenSink
 from app.runtime.compaction import compact, summary_room
 from app.runtime.provenance import FullContext
 from app.runtime.records import TransitionRecords, stored_log
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.step import Compacted, Machinery, Replied, SessionState, TransitionInput
 from app.runtime.tool_loop import advance_with_tools
 from app.runtime.transition import check_room, rewind, sampling_for, sync
@@ -29,8 +29,9 @@ class FullTurns:
         stored = stored_log(state.log)
         room = check_room(engine, len(stored.tokens), sum(len(b.token_ids) for b in t.blocks), t.generate)
         sampling = sampling_for(row.sampling, t.turn, room) if t.generate else None
-        synced = await sync(engine, await m.handles.checkout(row.id), row.id, salt_of(row), stored)
-        m.handles.keep(row.id, synced.handle)
+        key = route_of(row)
+        synced = await sync(engine, await m.handles.checkout(key), key, salt_of(row), stored)
+        m.handles.keep(key, synced.handle)
         try:
             sources = frozenset(s for entry in state.log for s in entry.source_ids)
             outcome, tools = await advance_with_tools(
@@ -43,7 +44,7 @@ class FullTurns:
             try:
                 await rewind(engine, synced.handle, len(stored.tokens))
             except Exception:
-                await m.handles.drop(row.id)  # a handle in doubt is dropped; the next turn rebuilds from the log
+                await m.handles.drop(key)  # a handle in doubt is dropped; the next turn rebuilds from the log
             raise
         return Replied(outcome, tools, PROVENANCE)
 
@@ -52,8 +53,9 @@ class FullTurns:
         engine = m.engine
         stored = stored_log(state.log)
         room = summary_room(engine, len(stored.tokens))
-        synced = await sync(engine, await m.handles.checkout(row.id), row.id, salt_of(row), stored)
-        m.handles.keep(row.id, synced.handle)
+        key = route_of(row)
+        synced = await sync(engine, await m.handles.checkout(key), key, salt_of(row), stored)
+        m.handles.keep(key, synced.handle)
         try:
             done = await compact(
                 engine, synced, t.compaction.live, tenant_id=row.tenant_id, session_id=row.id, turn=t.turn,
@@ -61,7 +63,7 @@ class FullTurns:
                 next_position=state.next_position,
             )
         except BaseException:
-            await m.handles.drop(row.id)  # the cache may hold part of the compacted prompt
+            await m.handles.drop(key)  # the cache may hold part of the compacted prompt
             raise
         head = [(e.id, e.token_start, e.token_end) for e in state.log if e.turn == 0]
         after = [*head, *((r["id"], r["token_start"], r["token_end"]) for r in done.rows)]

@@ -145,7 +145,7 @@ async def retrieve(
 async def respond(
     engine: KVEngine,
     handles: SessionCaches,
-    session_id: str,
+    key: str,
     salt: str,
     preamble_tokens: list[int],
     context: Sequence[Neighbor],
@@ -159,7 +159,7 @@ async def respond(
     rest = [*context_tokens(engine, context), *(t for b in observations for t in b.token_ids)]
     room = check_room(engine, len(preamble_tokens), len(rest), True)
     sampling = sampling_of(room)
-    handle, preamble_prefilled = await _at_preamble(engine, handles, session_id, salt, preamble_tokens)
+    handle, preamble_prefilled = await _at_preamble(engine, handles, key, salt, preamble_tokens)
     try:
         first = await engine.prefill(handle, [*rest, *chat.assistant_header()])
         prompt_tokens = len(handle.tokens)
@@ -168,7 +168,7 @@ async def respond(
         try:
             await engine.crop(handle, len(preamble_tokens))  # between replies the cache holds the preamble only
         except Exception:
-            await handles.drop(session_id)
+            await handles.drop(key)
     generated = generation.token_ids
     if generation.text != chat.decode(generated):  # a stop string cut the text: the store holds what it says
         generated = chat.encode(generation.text)
@@ -182,7 +182,7 @@ async def respond(
 async def summarize(
     engine: KVEngine,
     handles: SessionCaches,
-    session_id: str,
+    key: str,
     salt: str,
     preamble_tokens: list[int],
     sources: Sequence[Neighbor],
@@ -191,7 +191,7 @@ async def summarize(
     """A summary of `sources`: the same call as a reply, with the sources as its context and a request to
     summarize as its only observation (the request is not stored)."""
     request = render(engine.chat, Observation("user", SUMMARIZE))
-    answer = await respond(engine, handles, session_id, salt, preamble_tokens, sources, [request], sampling_of)
+    answer = await respond(engine, handles, key, salt, preamble_tokens, sources, [request], sampling_of)
     text = answer.reply.content.strip()
     meta = {"summarized": [m.id for m in sources]}
     block = Block("summary", text, engine.chat.render_block("system", SUMMARY_HEADER + text), meta)
@@ -199,12 +199,12 @@ async def summarize(
 
 
 async def _at_preamble(
-    engine: KVEngine, handles: SessionCaches, session_id: str, salt: str, preamble_tokens: list[int]
+    engine: KVEngine, handles: SessionCaches, key: str, salt: str, preamble_tokens: list[int]
 ) -> tuple[CacheHandle, int]:
     """This process's handle for the session holding exactly the preamble; the tokens prefilled to get there."""
-    handle = await handles.checkout(session_id)
+    handle = await handles.checkout(key)
     if handle is None:
-        handle = await engine.open(session_id, salt=salt)
+        handle = await engine.open(key, salt=salt)
     else:
         use_salt(engine, handle, salt)
     common = 0
@@ -217,5 +217,5 @@ async def _at_preamble(
     prefilled = 0
     if common < len(preamble_tokens):
         prefilled = (await engine.prefill(handle, preamble_tokens[common:])).prefilled
-    handles.keep(session_id, handle)
+    handles.keep(key, handle)
     return handle, prefilled

@@ -20,7 +20,7 @@ from app.runtime import retrieval
 from app.runtime.compaction import split_older
 from app.runtime.provenance import RetrievedContext
 from app.runtime.records import records_for
-from app.runtime.salts import salt_of
+from app.runtime.salts import route_of, salt_of
 from app.runtime.step import NO_USAGE, Compacted, Machinery, Replied, SessionState, TransitionInput
 from app.runtime.tool_loop import ToolStep
 from app.runtime.transition import Outcome, sampling_for
@@ -45,7 +45,7 @@ class RetrievalTurns:
             )
         preamble_ids, preamble_tokens = retrieval.preamble(state.log)
         answer = await retrieval.respond(
-            m.engine, m.handles, row.id, salt_of(row), preamble_tokens, context, blocks,
+            m.engine, m.handles, route_of(row), salt_of(row), preamble_tokens, context, blocks,
             lambda room: sampling_for(row.sampling, t.turn, room), on_tokens,
         )
         reply_vector = (await m.embedder.embed([answer.reply.content]))[0]
@@ -69,7 +69,7 @@ class RetrievalTurns:
             raise Conflict("nothing to summarize: the older turns hold no messages")
         preamble_ids, preamble_tokens = retrieval.preamble(state.log)
         answer = await retrieval.summarize(
-            m.engine, m.handles, row.id, salt_of(row), preamble_tokens, sources,
+            m.engine, m.handles, route_of(row), salt_of(row), preamble_tokens, sources,
             lambda room: sampling_for(row.sampling, t.turn, room),
         )
         outcome = Outcome([answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)

@@ -29,6 +29,7 @@ from app.db.repositories import branching as repo
 from app.db.repositories.branching import Row, Transitions
 from app.ids import new_id
 from app.runtime.checkpoints import manifest_sha256
+from app.runtime.salts import session_route
 from app.sessions.service import SessionService
 from app.sessions.values import StaleHead
 
@@ -57,22 +58,22 @@ class Branching:
             async with self.sessions.db.transaction() as tx:
                 await repo.insert_session(tx, session, copied)
             prefix = [t for a in _live_at(copied.artifacts, through_turn) for t in a["token_ids"]]
-            await self._fork_cache(source_id, branch_id, prefix)
+            await self._fork_cache(tenant_id, source_id, branch_id, prefix)
         return branch_id
 
-    async def _fork_cache(self, source_id: str, branch_id: str, prefix: list[int]) -> None:
+    async def _fork_cache(self, tenant_id: str, source_id: str, branch_id: str, prefix: list[int]) -> None:
         """The source's cached prefix for the branch (see the module docstring). Only a handle that holds exactly
         that prefix is forked; without one the branch's first transition prefills it: a miss costs work, never
         correctness (the first transition syncs whatever handle it finds with the stored log)."""
-        handle = await self.sessions.handles.checkout(source_id)
+        handle = await self.sessions.handles.checkout(session_route(tenant_id, source_id))
         slot = self.sessions.slot
         if handle is None or not slot.ready or handle.tokens[: len(prefix)] != prefix:
             return
         engine = slot.engine
-        twin = await engine.fork(handle, branch_id)
+        twin = await engine.fork(handle, session_route(tenant_id, branch_id))
         if len(twin.tokens) > len(prefix):
             await engine.crop(twin, len(prefix))
-        self.sessions.handles.keep(branch_id, twin)
+        self.sessions.handles.keep(session_route(tenant_id, branch_id), twin)
 
 
 def _live_at(artifacts: list[Row], turn: int) -> list[Row]:

@@ -32,6 +32,7 @@ from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.engine.session_caches import SessionCaches
 from app.errors import NotFound, SessionBusy
+from app.runtime.salts import session_route
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class SessionLocks:
                     gone = row is None and await sessions_repo.get(tx, tenant_id, session_id) is None
                     tenant = await sessions_repo.tenant_of(tx, session_id) if gone else None
                 if gone:
-                    await self._forget_handle_if_gone(tenant, session_id)
+                    await self._forget_handle_if_gone(tenant, tenant_id, session_id)
                     raise NotFound(f"no session {session_id!r}")
                 if row is not None:
                     return Lease(self.db, row, owner)
@@ -171,11 +172,11 @@ class SessionLocks:
                 await asyncio.sleep(min(pause, left))  # another process holds it: look again, backing off
                 pause = min(pause * 2, POLL_MAX_S)
 
-    async def _forget_handle_if_gone(self, tenant: str | None, session_id: str) -> None:
-        # Deleted elsewhere: this process's handle is garbage now. Only then: a request naming another tenant's
-        # session must leave everything of it alone, its cache handle included.
-        if tenant is None:
-            await self.handles.drop(session_id)
+    async def _forget_handle_if_gone(self, owner: str | None, tenant_id: str, session_id: str) -> None:
+        # Deleted elsewhere (no owner left): this process's handle is garbage now. Only then: a request naming another
+        # tenant's session must leave everything of it alone, its cache handle included.
+        if owner is None:
+            await self.handles.drop(session_route(tenant_id, session_id))
 
     async def _renew(self, lease: Lease) -> None:
         while not lease.lost:

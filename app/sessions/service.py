@@ -28,6 +28,7 @@ from app.ids import new_id
 from app.memory.service import injectable_in
 from app.provenance import graph
 from app.runtime.blocks import Block, Observation, memory_observation, render
+from app.runtime.salts import session_route
 from app.runtime.step import Machinery, PolicyLookup, SessionState, TransitionInput, step
 from app.runtime.tool_catalog import preamble as tool_preamble
 from app.runtime.writes import write_step
@@ -152,7 +153,7 @@ class SessionService:
         # Under the session's lease: it waits out a turn in flight rather than racing it.
         async with self.locks.leased(tenant_id, session_id, "running") as lease, lease.commit() as (tx, _):
             await sessions_repo.delete_session(tx, tenant_id, session_id)
-        handle = await self.handles.drop(session_id)
+        handle = await self.handles.drop(session_route(tenant_id, session_id))
         if handle is not None and self.slot.ready:
             await self.slot.engine.release(handle)
 

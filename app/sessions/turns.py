@@ -30,6 +30,7 @@ from app.errors import Conflict, InvalidRequest
 from app.memory.service import write_summary_in
 from app.runtime.blocks import Observation, render
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
+from app.runtime.salts import route_of
 from app.runtime.step import Compaction, Machinery, PolicyLookup, SessionState, Step, TransitionInput, step
 from app.runtime.tool_loop import ToolContext
 from app.runtime.writes import write_step
@@ -124,7 +125,7 @@ class Transitions:
             async with lease.commit() as held:
                 yield held
         except BaseException:
-            await m.handles.drop(lease.row.id)
+            await m.handles.drop(route_of(lease.row))
             raise
 
     async def _compact_after(self, lease: Lease, m: Machinery) -> None:

@@ -17,6 +17,7 @@ from app.engine.sampling import transition_seed
 from app.engine.vllm_common import cache_salt, to_generation, vllm_seed
 from app.engine.vllm_local import VLLMEngine
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
+from app.errors import EngineUnavailable
 from app.runtime.salts import session_salt
 from app.runtime.transition import use_salt
 from tests.support import MODEL_CACHE
@@ -194,7 +195,7 @@ async def test_remote_maps_fleet_errors_and_keeps_the_log(chat: ChatMLTemplate) 
     with pytest.raises(ValueError, match="rejected the request"):  # the fleet's 400
         await engine.generate(stored, Sampling())
     fleet.broken = True
-    with pytest.raises(RemoteEngineError, match="failed"):
+    with pytest.raises(EngineUnavailable, match="failed the request"):  # a 5xx: a 503 for the client, to retry
         await engine.generate(handle, Sampling())
     assert handle.tokens == [1, 2, 3] and stored.tokens == [60000]
     await engine.close()

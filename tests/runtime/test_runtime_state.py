@@ -20,7 +20,7 @@ from app.runtime.records import stored_log
 from app.runtime.transition import StoredLog, Synced, advance, check_room, sampling_for, sync
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import BOOTSTRAP_KEY, problem, sql
+from tests.support import BOOTSTRAP_KEY, cache_key, problem, sql
 
 
 def _manifest(items: list[dict[str, Any]]) -> str:
@@ -62,14 +62,15 @@ def test_delete_purges_rows_and_the_cache_handle(client: httpx.Client, database_
                                                  server_handles: LocalSessionCaches) -> None:
     sid = create_session(client)
     turn(client, sid, user("Remember the number 7."))
-    assert sid in server_handles
+    key = cache_key(database_url, sid)
+    assert key in server_handles
     r = client.delete(f"/v1/sessions/{sid}")
     assert r.status_code == 204 and r.content == b""
     problem(client.get(f"/v1/sessions/{sid}"), 404)
     problem(client.get(f"/v1/sessions/{sid}/artifacts"), 404)
     problem(client.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("hi")]}), 404)
     problem(client.delete(f"/v1/sessions/{sid}"), 404)
-    assert sid not in server_handles
+    assert key not in server_handles
     for table in ("artifacts", "provenance_edges", "checkpoints"):
         assert sql(database_url, f"SELECT count(*) AS n FROM {table} WHERE session_id = $1", sid)[0]["n"] == 0
 
@@ -114,7 +115,7 @@ def test_a_failed_model_call_writes_nothing_and_rewinds_the_handle(
         problem(doomed.post(f"/v1/sessions/{sid}/turns", json={"inputs": [user("Second.")]}), 500)
     monkeypatch.undo()
     assert session(client, sid) == before and artifacts(client, sid) == before_items
-    handle = server_handles.peek(sid)
+    handle = server_handles.peek(cache_key(database_url, sid))
     assert handle is not None and len(handle.tokens) == before["token_count"]  # cropped back, prefill kept
     t = turn(client, sid, user("Second."))
     assert t["turn"] == 2 and t["usage"]["reused_tokens"] == before["token_count"]
@@ -181,7 +182,7 @@ def test_crop_and_replay_reproduces_the_counterfactual_session(
     turn(client, counterfactual, user(script[2]))
     expected = _replies(database_url, counterfactual)[1:]
     prefix = _log_until(database_url, real, 1)
-    live = server_handles.peek(real)
+    live = server_handles.peek(cache_key(database_url, real))
     assert live is not None
     steps = [(3, [Observation("user", script[2])])]
     for forked in (True, False):
@@ -206,7 +207,7 @@ def test_replay_from_session_start_reproduces_a_sanitized_document(
 
     real, counterfactual = run(bill), run(clean)
     prefix = _log_until(database_url, real, 0)
-    live = server_handles.peek(real)
+    live = server_handles.peek(cache_key(database_url, real))
     assert live is not None
     steps = [(1, [Observation("user", "Read my bill."), Observation("document", clean, {"source": "file://b.txt"})]),
              (2, [Observation("user", ask)])]
