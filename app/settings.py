@@ -97,6 +97,12 @@ class Settings(BaseSettings):
         description="What the vllm-remote fleet guarantees: unbatched (--max-num-seqs 1), batch-invariant "
         "(VLLM_BATCH_INVARIANT=1 on supported GPUs) or batched (anything else).",
     )
+    vllm_remote_priority: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Request priorities to the vllm-remote fleet (a forget's replay first; it schedules by them when "
+        "served with --scheduling-policy priority): auto (sent when the fleet accepts them, probed at start), on "
+        "(sent; a fleet that refuses them fails the start), off (never sent).",
+    )
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None
     log_level: str = "INFO"

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -251,6 +252,7 @@ class ForgetJob(Base):
         CheckConstraint(
             "status IN ('planned', 'queued', 'running', 'succeeded', 'failed', 'needs_input')", name="status"
         ),
+        CheckConstraint("priority IN (1, 2)", name="priority"),
         Index("ix_forget_jobs_status_created_at", "status", "created_at"),
         UniqueConstraint("tenant_id", "idempotency_key"),
     )
@@ -270,6 +272,9 @@ class ForgetJob(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # A job sent back (its session was busy) is not claimed again before this: it waits here, not in a worker.
     run_after: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # How urgent its engine work is (app/engine/priority.py): 1 a forget, 2 a detector webhook's (a suspected
+    # injection). Its replay runs above live turns, and workers claim the most urgent job first.
+    priority: Mapped[int] = mapped_column(SmallInteger, nullable=False, default=1, server_default=text("1"))
     created_at: Mapped[datetime] = _created_at()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -32,6 +32,7 @@ class CachePool(Generic[M]):
             raise ValueError("the memory budget must be >= 0 bytes")
         self.budget = budget
         self._entries: OrderedDict[int, tuple[weakref.ref[M], int]] = OrderedDict()
+        self._pinned: dict[int, int] = {}  # serial -> pins: members a paused call still needs (never evicted)
 
     @property
     def total_bytes(self) -> int:
@@ -48,9 +49,20 @@ class CachePool(Generic[M]):
     def drop(self, member: M) -> None:
         self._entries.pop(member.serial, None)
 
+    def pin(self, member: M) -> None:
+        """Keep `member` resident until `unpin`, whatever the budget (a generation paused for more urgent work)."""
+        self._pinned[member.serial] = self._pinned.get(member.serial, 0) + 1
+
+    def unpin(self, member: M) -> None:
+        left = self._pinned.get(member.serial, 0) - 1
+        if left > 0:
+            self._pinned[member.serial] = left
+        else:
+            self._pinned.pop(member.serial, None)
+
     def evict_over_budget(self, keep: M | None = None) -> int:
-        """Evict least recently used members until the total fits the budget; `keep` (in use now) stays even if it
-        alone exceeds it. Returns how many were evicted."""
+        """Evict least recently used members until the total fits the budget; `keep` (in use now) and pinned members
+        stay even if they alone exceed it. Returns how many were evicted."""
         evicted = 0
         total = 0
         for serial, (ref, nbytes) in list(self._entries.items()):
@@ -62,7 +74,7 @@ class CachePool(Generic[M]):
             if total <= self.budget:
                 break
             member = ref()
-            if member is None or member is keep:
+            if member is None or member is keep or serial in self._pinned:
                 continue
             del self._entries[serial]
             member.evict()

@@ -34,5 +34,6 @@ def build_engine(settings: Settings) -> KVEngine:
             settings.model,
             settings.resolved_model_cache_dir,
             exactness=settings.vllm_remote_exactness,
+            priority=settings.vllm_remote_priority,
         )
     raise RuntimeError(f"unknown engine {settings.engine!r}")

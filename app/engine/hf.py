@@ -14,10 +14,13 @@ A generation that ends on `max_tokens` or a stop string leaves its last token pe
 anything yet); the next prefill forwards it together with the new tokens, in the same way in a run and in its replay.
 
 All model work runs on one worker thread behind a lock, so `async` methods never block the loop and calls on
-different handles serialize. A call whose caller is cancelled still completes on the worker, so the handle stays
-consistent and only its answer is lost; a cancelled *generation* stops sampling at its next token (a client that hung
-up, a shutdown), leaving the tokens sampled so far on the log for the caller to crop. `close` stops a running
-generation the same way before it unloads, so shutting down never waits for a long reply to finish.
+different handles serialize. The thread serves calls by the priority of the task that made them (a forget's replay
+before live turns, app/engine/priority.py), and a generation yields between two decode steps to more urgent work,
+resuming later exactly where it stopped (hf_scheduler.py says why that changes no token). A call whose caller is
+cancelled still completes on the worker once started, so the handle stays consistent and only its answer is lost; a
+cancelled *generation* stops sampling at its next token (a client that hung up, a shutdown), leaving the tokens
+sampled so far on the log for the caller to crop. `close` stops a running generation the same way before it unloads,
+so shutting down never waits for a long reply to finish.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from itertools import count
 from pathlib import Path
@@ -41,8 +44,10 @@ from app.engine import hf_cache
 from app.engine.cache_pool import CachePool
 from app.engine.chat import ChatMLTemplate
 from app.engine.hf_load import load_full_attention_lm
+from app.engine.hf_scheduler import PriorityWorker, Steps, Work
 from app.engine.hf_state import HandleState
 from app.engine.model_store import model_id_for
+from app.engine.priority import Priority, current_priority, note_wait
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import StopWatch, validate
 from app.engine.torch_sampling import make_generator, sample_token
@@ -72,7 +77,7 @@ class HFEngine:
         # All cores by default: the engine is the only heavy compute of the process (2 on the build machines).
         self._num_threads = num_threads or max(1, len(os.sched_getaffinity(0)))
         self._pool = CachePool[HandleState](memory_budget_bytes)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lethe-hf")
+        self._worker = PriorityWorker("lethe-hf")
         self._lock = threading.Lock()
         self._serials = count(1)
         self._model: Any = None
@@ -119,15 +124,16 @@ class HFEngine:
         if self._closed:
             raise RuntimeError("a closed engine cannot start again; build a new one")
         if self._model is None:
-            await self._run(self._load, compute=False)
+            await self._run(self._load, compute=False, priority=Priority.LIVE)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closing.set()
-        await self._run(self._unload, compute=False)
+        # The least urgent, so queued calls finish first (a paused generation sees `_closing` and stops at once).
+        await self._run(self._unload, compute=False, priority=Priority.LIVE)
         self._closed = True
-        self._executor.shutdown(wait=False)
+        self._worker.shutdown()
 
     def _load(self) -> None:
         if self._model is not None:  # a second start() queued behind the first
@@ -150,16 +156,37 @@ class HFEngine:
         self._pool.evict_all()
         self._model = None
 
-    async def _run(self, fn: Callable[[], T], *, compute: bool = True) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self._locked, fn, compute))
+    async def _run(
+        self, fn: Callable[[], T], *, handle: CacheHandle | None = None, compute: bool = True,
+        priority: Priority | None = None,
+    ) -> T:
+        """`fn` on the worker thread, at the calling task's priority (or `priority`)."""
+        level = current_priority() if priority is None else priority
+        context = partial(self._step_context, compute)
+        return await self._finished(self._worker.submit_call(fn, priority=level, key=handle, context=context))
 
-    def _locked(self, fn: Callable[[], T], compute: bool) -> T:
-        # The lock guards the model and the caches against anyone calling the worker functions directly; the one
-        # worker thread already serializes the engine's own calls. Loading runs outside inference mode, so the
-        # weights stay ordinary tensors.
+    async def _run_steps(self, steps: Steps[T], handle: CacheHandle) -> T:
+        """A call in steps (a generation) on the worker thread: it may pause between two for more urgent work."""
+        context = partial(self._step_context, True)
+        return await self._finished(self._worker.submit_steps(
+            steps, priority=current_priority(), key=handle, context=context
+        ))
+
+    @staticmethod
+    async def _finished(work: Work[T]) -> T:
+        # A caller cancelled while the call is queued takes it out of the queue (the future is cancelled first).
+        result = await asyncio.wrap_future(work.future)
+        note_wait(work.waited_s)
+        return result
+
+    @contextmanager
+    def _step_context(self, compute: bool) -> Iterator[None]:
+        # Entered around every step, never across one: a paused generation must not leave inference mode (a
+        # thread-local) on for the calls that run meanwhile. The lock guards the model and the caches against anyone
+        # calling the worker functions directly; the one worker thread already serializes the engine's own calls.
+        # Loading runs outside inference mode, so the weights stay ordinary tensors.
         with self._lock, torch.inference_mode(compute):
-            return fn()
+            yield
 
     # -- the KVEngine calls -----------------------------------------------------------------------------------------
 
@@ -184,7 +211,7 @@ class HFEngine:
         return handle
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        return await self._run(partial(self._prefill, handle, list(token_ids)))
+        return await self._run(partial(self._prefill, handle, list(token_ids)), handle=handle)
 
     async def generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
@@ -192,7 +219,7 @@ class HFEngine:
         validate(sampling)
         stop = threading.Event()
         try:
-            return await self._run(partial(self._generate, handle, sampling, on_tokens, stop))
+            return await self._run_steps(self._generate(handle, sampling, on_tokens, stop), handle)
         except asyncio.CancelledError:
             stop.set()  # the worker sees it at the next token; the caller crops what was sampled
             raise
@@ -200,13 +227,13 @@ class HFEngine:
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
         if not 0 <= n_tokens <= len(handle.tokens):
             raise ValueError(f"crop to {n_tokens} tokens: the log holds {len(handle.tokens)}")
-        await self._run(partial(self._crop, handle, n_tokens))
+        await self._run(partial(self._crop, handle, n_tokens), handle=handle)
 
     async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
-        return await self._run(partial(self._fork, handle, session_key))
+        return await self._run(partial(self._fork, handle, session_key), handle=handle)
 
     async def release(self, handle: CacheHandle) -> None:
-        await self._run(partial(self._release, handle))
+        await self._run(partial(self._release, handle), handle=handle)
 
     # -- introspection (tests, benchmarks, metrics); call while no operation on the handle is in flight ------------
 
@@ -266,7 +293,10 @@ class HFEngine:
     def _generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
         cancelled: threading.Event | None = None,
-    ) -> Generation:
+    ) -> Steps[Generation]:
+        """A generation in steps: it yields before each sampled token, where more urgent work may run (the scheduler
+        decides). Everything it carries across a pause is its own (the generator, the stop watch, the handle's state,
+        pinned in the pool), so a paused reply resumes bit for bit where it stopped."""
         state = self._session(handle)
         prefilled = hf_cache.make_resident(self._model, self._pool, state)
         pending = handle.tokens[len(state.covered) :]
@@ -290,26 +320,31 @@ class HFEngine:
         finish: Literal["stop", "length"] = "length"
         stop_at: int | None = None
         stops = StopWatch(self.chat.decode, sampling.stop) if sampling.stop else None
-        while len(token_ids) < room:
-            if self._closing.is_set() or (cancelled is not None and cancelled.is_set()):
-                break  # nobody waits for the rest (finish "length": the log holds what was sampled so far)
-            assert state.logits is not None  # every forward pass sets them
-            token = sample_token(state.logits, sampling, generator)
-            decoded += 1
-            if token in stop_ids:
-                finish = "stop"
-                break
-            token_ids.append(token)
-            handle.tokens.append(token)
-            if on_tokens is not None:
-                on_tokens([token])
-            if stops is not None:
-                stop_at = stops.check([token])
-                if stop_at is not None:
+        self._pool.pin(state)
+        try:
+            while len(token_ids) < room:
+                yield  # more urgent work may run here; this handle's state waits as it is
+                if self._closing.is_set() or (cancelled is not None and cancelled.is_set()):
+                    break  # nobody waits for the rest (finish "length": the log holds what was sampled so far)
+                assert state.logits is not None and state.cache is not None  # set by every pass; pinned meanwhile
+                token = sample_token(state.logits, sampling, generator)
+                decoded += 1
+                if token in stop_ids:
                     finish = "stop"
                     break
-            if len(token_ids) < room:
-                hf_cache.forward(self._model, self._pool, state, [token])
+                token_ids.append(token)
+                handle.tokens.append(token)
+                if on_tokens is not None:
+                    on_tokens([token])
+                if stops is not None:
+                    stop_at = stops.check([token])
+                    if stop_at is not None:
+                        finish = "stop"
+                        break
+                if len(token_ids) < room:
+                    hf_cache.forward(self._model, self._pool, state, [token])
+        finally:
+            self._pool.unpin(state)
         text = self.chat.decode(token_ids)
         hf_cache.settle(self._pool, state)
         return Generation(

@@ -41,6 +41,7 @@ from typing import Any
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import model_id_for, resolve_model
+from app.engine.priority import current_priority
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.tokens import common_prefix
@@ -103,6 +104,8 @@ class VLLMEngine:
             "kv_cache_memory_bytes": kv_cache_bytes,
             "max_num_seqs": max_num_seqs,
             "enforce_eager": enforce_eager,
+            # A forget's requests go first (app/engine/priority.py): vLLM serves waiting requests by their priority.
+            "scheduling_policy": "priority",
         }
         if block_size is not None:
             self._options["block_size"] = block_size
@@ -374,11 +377,12 @@ class VLLMEngine:
         from vllm.inputs import tokens_input
 
         llm = self._started()
+        priority = current_priority().vllm  # the calling task's: a forget's replay ahead of live turns
         request_id = f"lethe-{next(self._requests)}"
         prompt = tokens_input(log_ids, cache_salt=cache_salt(handle.salt))
         final: Any = None
         # Cancelling this coroutine aborts the request inside vLLM (AsyncLLM.generate handles CancelledError).
-        async for output in llm.generate(prompt, params, request_id):
+        async for output in llm.generate(prompt, params, request_id, priority=priority):
             final = output
         if final is None or not final.finished:
             raise RuntimeError(f"vllm request {request_id} ended without a result")

@@ -12,10 +12,10 @@ before any request. Sampling parameters the fleet could default from the model's
 repetition_penalty) are sent explicitly, so a request means the same thing here and in the in-process engine.
 
 Exactness caveat (docs/engines.md): the fleet batches concurrent requests, which changes the float bits of every
-request's logits; exact replay of seeded samples under load needs a fleet run with `--max-num-seqs 1` per replica
-or with `VLLM_BATCH_INVARIANT=1` on supported GPUs (or accepting rare token flips), and the fleet must keep the same
-dtype and kernels as the original run. The engine cannot see the fleet's flags: `exactness` is what the operator
-declares (`LETHE_VLLM_REMOTE_EXACTNESS`), "batched" unless told otherwise.
+request's logits; exact replay of seeded samples under load needs `--max-num-seqs 1` per replica or
+`VLLM_BATCH_INVARIANT=1` on supported GPUs, and the same dtype and kernels as the original run. The engine cannot see
+the fleet's flags: `exactness` is what the operator declares (`LETHE_VLLM_REMOTE_EXACTNESS`), "batched" by default.
+Requests carry their priority (a forget's replay first) when the fleet takes it (fleet_priority.py).
 
 A fleet of several `vllm serve` workers sits behind vllm-router (README "A vLLM fleet"): every request of a session
 carries `X-Session-ID: <handle.session_key>` (the runtime opens handles with `tenant:session`), so the router's
@@ -37,7 +37,9 @@ import httpx
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.fleet import SESSION_HEADER, AffinityTracker, FleetObserver
+from app.engine.fleet_priority import PriorityMode, probe_priority
 from app.engine.model_store import model_id_for, resolve_model
+from app.engine.priority import Priority, current_priority
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.vllm_common import cache_salt, check_ids, to_generation, vllm_seed
@@ -72,10 +74,11 @@ class VLLMRemoteEngine:
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
         exactness: Exactness = "batched",
+        priority: PriorityMode = "auto",
     ) -> None:
         """`model`: the local model directory (or None for SmolLM2) whose tokenizer matches the fleet's model.
         `served_model`: the fleet's model name; None takes the one model it serves. `exactness`: what the fleet's
-        configuration guarantees a replay (KVEngine.exactness); "exact" is hf's alone."""
+        configuration guarantees a replay (KVEngine.exactness); "exact" is hf's alone. `priority`: fleet_priority.py."""
         if exactness not in ("batched", "unbatched", "batch-invariant"):
             raise ValueError(f"a vllm fleet cannot be {exactness!r}: batched, unbatched or batch-invariant")
         self._exactness: Exactness = exactness
@@ -96,6 +99,8 @@ class VLLMRemoteEngine:
         self._closed = False
         self._affinity = AffinityTracker()
         self._observer: FleetObserver | None = None
+        self._priority_mode: PriorityMode = priority
+        self.sends_priority = False  # decided by the start-up probe
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -187,7 +192,10 @@ class VLLMRemoteEngine:
             tokens = (await _json(reply)).get("tokens")
             if tokens != expected:
                 raise RemoteEngineError("the fleet's tokenizer differs from the local one: serve the same model")
-        body = await self._complete(client, expected, Sampling(max_tokens=1), salt=None)
+        body, self.sends_priority = await probe_priority(
+            lambda level: self._complete(client, expected, Sampling(max_tokens=1), salt=None, priority=level),
+            self._priority_mode,
+        )
         details = body.get("usage", {}).get("prompt_tokens_details")
         if not isinstance(details, dict) or details.get("cached_tokens") is None:
             raise RemoteEngineError(
@@ -307,9 +315,10 @@ class VLLMRemoteEngine:
         salt: str | None,
         max_tokens: int | None = None,
         handle: CacheHandle | None = None,
+        priority: Priority | None = None,
     ) -> dict[str, Any]:
         """One completion. `handle`: the session the request is for (None: the start-up probe), whose routing key
-        goes in `X-Session-ID` and whose answer is classified (fleet.py) for the observer."""
+        goes in `X-Session-ID` and whose answer is classified (fleet.py) for the observer. `priority`: the probe's."""
         payload: dict[str, Any] = {
             "model": self._served,
             "prompt": prompt,
@@ -327,6 +336,8 @@ class VLLMRemoteEngine:
             "stream": False,
             "user": f"lethe-{next(self._requests)}",  # shows in the fleet's request logs, nothing else
         }
+        if priority is not None or self.sends_priority:
+            payload["priority"] = (current_priority() if priority is None else priority).vllm
         salted = cache_salt(salt)
         if salted is not None:
             payload["cache_salt"] = salted

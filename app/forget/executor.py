@@ -1,5 +1,8 @@
 """Running a claimed forget job (the worker calls `execute`): each session forgotten under its lease, atomically.
 
+A job's engine work runs at its priority (app/engine/priority.py): above every live turn, a detector webhook's job
+above any other forget, so a forget beside many generating sessions does not queue behind their replies.
+
 Each session is forgotten under that session's lease (status `forgetting`, app/sessions/locking.py): the target is
 located in a short read, the strategy computes the rebuilt state aside (in memory, no transaction open), then one
 transaction that checks the lease is still the job's swaps the old state out, bumps the epoch and saves the session's
@@ -25,6 +28,7 @@ from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.db.statements import InSession
 from app.embeddings import Embedder
+from app.engine.priority import Priority, engine_priority, measure_wait
 from app.engine.session_caches import SessionCaches
 from app.engine.slot import EngineSlot
 from app.errors import EngineUnavailable, InvalidRequest, NotFound, SessionBusy
@@ -126,7 +130,12 @@ class ForgetExecutor:
                     machinery, policy, session, found.rows, found.located, found.closure, checkpoints,
                     provided=dict(receipt.provided), similar=similar,
                 )
-                change = await strategy.apply(work, policy.forget)  # the model work, outside any transaction
+                # The model work, outside any transaction, at the job's priority: ahead of other sessions' turns.
+                level = Priority(job.priority)
+                with engine_priority(level), measure_wait() as waited:
+                    change = await strategy.apply(work, policy.forget)
+                if waited.calls:  # an engine that measures its queue (hf)
+                    self.metrics.forget_engine_wait.labels(priority=level.label).observe(waited.seconds)
                 async with lease.commit() as (tx, locked):
                     entry = await swap_in(tx, locked, found, change, policy.forget)
                     entry = entry.model_copy(update={"exactness": self.slot.engine.exactness})

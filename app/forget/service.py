@@ -18,6 +18,7 @@ from app.db.notifications import JobEvents
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.session import Database
 from app.embeddings import Embedder
+from app.engine.priority import Priority
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, InvalidRequest, NotFound, NotReady
 from app.forget import planner, proposals
@@ -158,12 +159,14 @@ class ForgetService:
 
     async def enqueue_in(
         self, tx: AsyncSession, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None,
-        receipt: JobReceipt | None = None,
+        receipt: JobReceipt | None = None, *, priority: Priority = Priority.FORGET,
     ) -> str:
-        """Queue a job in the caller's transaction (a webhook records its delivery in the same one)."""
+        """Queue a job in the caller's transaction (a webhook records its delivery in the same one). `priority`: its
+        engine work's (a detector webhook's job: DETECTOR; app/engine/priority.py)."""
         job = await jobs_repo.create(
             tx, id=new_id("fgt"), tenant_id=tenant_id, status="queued", strategy=strategy.name,
             target=target.to_dict(), reason=reason, receipt=(receipt or JobReceipt()).stored(), attempts=0,
+            priority=int(priority),
         )
         return job.id
 

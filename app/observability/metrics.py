@@ -67,6 +67,13 @@ class Metrics:
             "Tokens a cold full reset of the same sessions would have computed (the saving's denominator).",
             ["strategy"], registry=self.registry,
         )
+        self.forget_engine_wait = Histogram(
+            "lethe_forget_engine_wait_seconds",
+            "Time a forgotten session's engine work waited for the engine (queued behind other work, or paused for "
+            "more urgent work), by the job's priority (forget, detector); measured by the hf engine's queue.",
+            ["priority"], registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
         self.forget_queue_depth = Gauge(
             "lethe_forget_queue_depth", "Forget jobs queued or running (all processes), as this process last saw.",
             registry=self.registry, multiprocess_mode="livemax",
@@ -87,12 +94,6 @@ class Metrics:
             "Of those, tokens the fleet served from its prefix cache (the cache hit rate's numerator), by affinity.",
             ["affinity"], registry=self.registry,
         )
-
-    def fleet_request(self, request: FleetAnswer) -> None:
-        """One session request to the fleet (VLLMRemoteEngine.observe)."""
-        self.fleet_requests.labels(affinity=request.affinity).inc()
-        self.fleet_prompt_tokens.labels(affinity=request.affinity).inc(request.prompt_tokens)
-        self.fleet_reused_tokens.labels(affinity=request.affinity).inc(request.reused_tokens)
 
         # Read replicas (app/db/replicas.py): where reads that may leave the primary went, and how far behind each
         # replica is (untokened reads see that lag; tokened ones wait for it or read the primary).
@@ -115,6 +116,12 @@ class Metrics:
             "Seconds since the replica last replayed a transaction while it is behind (0 when caught up).",
             ["replica"], registry=self.registry, multiprocess_mode="livemax",
         )
+
+    def fleet_request(self, request: FleetAnswer) -> None:
+        """One session request to the fleet (VLLMRemoteEngine.observe)."""
+        self.fleet_requests.labels(affinity=request.affinity).inc()
+        self.fleet_prompt_tokens.labels(affinity=request.affinity).inc(request.prompt_tokens)
+        self.fleet_reused_tokens.labels(affinity=request.affinity).inc(request.reused_tokens)
 
     def replica_state(self, replica: str, *, up: bool, lag_bytes: int | None, lag_seconds: float | None) -> None:
         self.replica_up.labels(replica=replica).set(1 if up else 0)

@@ -33,6 +33,7 @@ from standardwebhooks import Webhook
 from app.db.repositories import forget_jobs as jobs_repo
 from app.db.repositories import tenants as tenants_repo
 from app.db.session import Database
+from app.engine.priority import Priority
 from app.errors import InvalidRequest, Unauthorized
 from app.forget.locate import Target
 from app.forget.service import ForgetService
@@ -83,7 +84,10 @@ class DetectorWebhooks:
         reason = f"detector {flag.detector}" + (f" (score {flag.score:.3f})" if flag.score is not None else "")
         async with self.db.transaction() as tx:
             if await jobs_repo.record_delivery(tx, tenant_id, webhook_id):
-                forget_id = await self.forget.enqueue_in(tx, tenant_id, target, strategy, reason)
+                # A suspected injection: its replay goes ahead of every live turn and of any other forget.
+                forget_id = await self.forget.enqueue_in(
+                    tx, tenant_id, target, strategy, reason, priority=Priority.DETECTOR
+                )
                 await jobs_repo.link_delivery(tx, tenant_id, webhook_id, forget_id)
             else:  # a concurrent delivery of the same webhook-id won the insert; it committed its job
                 existing = await jobs_repo.delivery_job(tx, tenant_id, webhook_id)

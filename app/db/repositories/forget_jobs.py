@@ -80,7 +80,8 @@ async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: 
 
 
 async def claim(db: AsyncSession, owner: str, lease_s: float) -> ForgetJob | None:
-    """Take the oldest queued job, or a running one whose lease expired, and lease it to `owner`."""
+    """Take the most urgent queued job (the oldest among equals: a detector's before any other forget), or a running
+    one whose lease expired, and lease it to `owner`."""
     now = func.now()
     claimable = or_(
         and_(ForgetJob.status == "queued", or_(ForgetJob.run_after.is_(None), ForgetJob.run_after <= now)),
@@ -89,7 +90,7 @@ async def claim(db: AsyncSession, owner: str, lease_s: float) -> ForgetJob | Non
     pick = (
         select(ForgetJob.id)
         .where(claimable)
-        .order_by(ForgetJob.created_at)
+        .order_by(ForgetJob.priority.desc(), ForgetJob.created_at)
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()

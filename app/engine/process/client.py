@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
+from app.engine.priority import current_priority, note_wait
 from app.engine.process import wire
 from app.engine.process.wire import StaleHandle
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
@@ -346,6 +347,8 @@ class EngineClient:
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         conn.pending[request_id] = (future, on_frame)
+        # Every operation runs in the engine process at the calling task's priority (app/engine/priority.py).
+        args = {**args, "priority": int(current_priority())}
         try:
             conn.writer.write(wire.encode({"id": request_id, "op": op, "args": args}))
             await conn.writer.drain()
@@ -362,6 +365,8 @@ class EngineClient:
             conn.pending.pop(request_id, None)
         if "error" in message:
             raise _error(message["error"])
+        if "waited_s" in message:  # what the engine measured this operation waiting for it (hf)
+            note_wait(float(message["waited_s"]))
         result: dict[str, Any] = message["ok"]
         return result
 

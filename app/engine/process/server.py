@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.embeddings import Embedder
+from app.engine.priority import Priority, engine_priority, measure_wait
 from app.engine.process import wire
 from app.engine.process.wire import StaleHandle
 from app.engine.protocol import CacheHandle, KVEngine
@@ -110,10 +111,13 @@ class EngineServer:
             loop.call_soon_threadsafe(send, {"tokens": list(tokens)})
 
         op = self._ops.get(str(message.get("op")))
+        args = message.get("args") or {}
         try:
             if op is None:
                 raise ValueError(f"unknown engine operation {message.get('op')!r}")
-            result = await op(message.get("args") or {}, on_tokens)
+            # The operation runs at the priority of the worker task that sent it, and its wait goes back with it.
+            with engine_priority(Priority.from_wire(args.get("priority"))), measure_wait() as waited:
+                result = await op(args, on_tokens)
         except asyncio.CancelledError:
             return  # the client gave up on it and expects no answer
         except Exception as exc:
@@ -121,7 +125,7 @@ class EngineServer:
                 log.exception("engine operation failed", extra={"op": message.get("op")})
             send({"error": wire.error_of(exc)})
         else:
-            send({"ok": result})
+            send({"ok": result, "waited_s": waited.seconds} if waited.calls else {"ok": result})
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 

@@ -3,7 +3,9 @@
 A frame is a 4-byte big-endian length and a JSON object. A client sends `{"id", "op", "args"}`; the server answers
 each id with exactly one final frame, `{"id", "ok": result}` or `{"id", "error": {"kind", "message"}}`, and a
 generation may send `{"id", "tokens": [...]}` frames before it (tokens as they are sampled). `{"id", "op": "cancel"}`
-cancels request `id` (a client that hung up): a generation stops at its next token.
+cancels request `id` (a client that hung up): a generation stops at its next token. Every request's args carry
+`priority` (app/engine/priority.py: the engine process runs the operation at that priority), and a final `ok` frame
+may carry `waited_s`, the time the engine measured the operation waiting for it.
 
 Errors cross the boundary as kinds, and the client raises the exception the in-process engine would have raised
 (`ValueError` for a bad argument, ...), so the runtime behaves the same on either side of the boundary.
