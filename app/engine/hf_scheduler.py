@@ -64,6 +64,7 @@ class PriorityWorker:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.pauses = 0  # calls paused for more urgent work, in all (tests, benchmarks)
 
     def submit_call(self, run: Callable[[], T], *, priority: int, key: object | None, context: StepContext) -> Work[T]:
         return self._submit(Work(priority, next(self._seq), key, context, run=run))
@@ -138,6 +139,7 @@ class PriorityWorker:
                 if self._more_urgent_than(work):
                     work.queued_at = time.monotonic()
                     work.pauses += 1
+                    self.pauses += 1
                     self._queue.append(work)
                     return
 
