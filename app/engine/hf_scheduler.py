@@ -79,9 +79,14 @@ class PriorityWorker:
             self._cond.notify_all()
 
     def waiting(self) -> list[tuple[int, bool]]:
-        """(priority, started) of every queued call, in queue order (tests use it as a barrier)."""
+        """(priority, started) of every queued call, in queue order."""
         with self._cond:
             return [(w.priority, w.started) for w in self._queue]
+
+    def wait_queued(self, priority: int, timeout_s: float) -> bool:
+        """Block until a call at `priority` waits in the queue (a barrier for tests); False after `timeout_s`."""
+        with self._cond:
+            return self._cond.wait_for(lambda: any(w.priority == priority for w in self._queue), timeout_s)
 
     def _submit(self, work: Work[T]) -> Work[T]:
         with self._cond:
@@ -92,7 +97,7 @@ class PriorityWorker:
                 # A daemon: a process that exits without closing its engine must not hang on this thread.
                 self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            self._cond.notify_all()  # the worker, and anyone in wait_queued
         return work
 
     def _serve(self) -> None:

@@ -5,13 +5,15 @@ What must hold: a call through the socket is the same call (same tokens, greedy 
 in the process; sampled tokens stream as they come; a caller that gives up cancels the generation in the engine and
 the handle stays usable; a handle the engine process lost (restart) is opened again from the worker's copy along its
 recipe and continues bit for bit; two workers share one cache per session; bad arguments and a dead engine process
-raise what the runtime expects (ValueError, EngineUnavailable).
+raise what the runtime expects (ValueError, EngineUnavailable); an operation runs at the priority of the worker
+task that sent it (app/engine/priority.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import pytest_asyncio
 from app.embeddings import MiniLMEmbedder
 from app.engine.hf import HFEngine
 from app.engine.model_store import resolve_model
+from app.engine.priority import Priority, engine_priority, measure_wait
 from app.engine.process.adapters import EngineProcessCaches
 from app.engine.process.client import EngineClient
 from app.engine.process.server import EngineServer
@@ -167,6 +170,42 @@ async def test_two_workers_share_one_cache_per_session(served: Served, client: E
         assert await mine.checkout("ses_shared") is None
     finally:
         await other.close()
+
+
+async def test_an_operation_runs_in_the_engine_process_at_the_priority_of_the_task_that_sent_it(
+    client: EngineClient, engine: HFEngine
+) -> None:
+    """A live and a forget generation queue in the engine process behind a call that holds its worker; the forget's
+    runs first, and the time it waited comes back to the worker's meter."""
+    live, urgent = await client.open("prio-live"), await client.open("prio-forget")
+    for handle in (live, urgent):
+        await client.prefill(handle, conversation(engine))
+    started, release = threading.Event(), threading.Event()
+    engine._worker.submit_call(lambda: (started.set(), release.wait(60)), priority=Priority.LIVE, key=None,
+                               context=contextlib.nullcontext)
+    assert started.wait(60)
+    order: list[str] = []
+
+    def on_live(tokens: list[int]) -> None:
+        order.extend("live" for _ in tokens)
+
+    living = asyncio.create_task(client.generate(live, sampled(5, 6), on_live))
+    assert await asyncio.to_thread(engine._worker.wait_queued, Priority.LIVE, 60)  # a barrier on the engine's queue
+
+    async def forget() -> float:
+        with engine_priority(Priority.FORGET), measure_wait() as waited:
+            await client.generate(urgent, sampled(6, 6), lambda t: order.extend("forget" for _ in t))
+        assert waited.calls == 1
+        return waited.seconds
+
+    forgetting = asyncio.create_task(forget())
+    assert await asyncio.to_thread(engine._worker.wait_queued, Priority.FORGET, 60)
+    release.set()
+    waited_s = await asyncio.wait_for(forgetting, 60)
+    await asyncio.wait_for(living, 60)
+    n_forget = order.count("forget")
+    assert n_forget > 0 and order == ["forget"] * n_forget + ["live"] * (len(order) - n_forget)
+    assert waited_s > 0  # measured in the engine process, observed here
 
 
 async def test_bad_arguments_and_a_dead_engine_process(served: Served, client: EngineClient) -> None:

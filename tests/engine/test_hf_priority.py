@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -24,10 +23,9 @@ BOUND_S = 120  # bounds a bug, never paces a test
 T = TypeVar("T")
 
 
-def hold_until_queued(engine: HFEngine, level: Priority, released: threading.Event) -> None:
+def hold_until_queued(engine: HFEngine, level: Priority) -> None:
     """On the worker thread: wait until a call at `level` is queued (a barrier on the queue's state)."""
-    while not any(priority == level for priority, _ in engine._worker.waiting()):
-        assert not released.wait(0.002), "the urgent call was never queued"
+    assert engine._worker.wait_queued(level, BOUND_S), "the urgent call was never queued"
 
 
 class Interrupting:
@@ -43,14 +41,13 @@ class Interrupting:
         self.log = [] if log is None else log
         self.count = 0
         self.started: concurrent.futures.Future[T] | None = None
-        self._never = threading.Event()
 
     def __call__(self, tokens: list[int]) -> None:
         self.count += len(tokens)
         self.log.extend("live" for _ in tokens)
         if self.count == self.at:
             self.started = asyncio.run_coroutine_threadsafe(self._urgent(), self.loop)
-            hold_until_queued(self.engine, self.level, self._never)
+            hold_until_queued(self.engine, self.level)
 
     async def result(self) -> T:
         assert self.started is not None, "the reply ended before the urgent work started"

@@ -165,3 +165,12 @@ def test_a_shut_down_worker_serves_what_was_queued_and_refuses_more() -> None:
     assert queued.future.result(BOUND_S) == "served"
     with pytest.raises(RuntimeError, match="closed"):
         worker.submit_call(lambda: None, priority=LIVE, key=None, context=plain)
+
+
+def test_priorities_cross_the_engine_process_boundary_as_numbers_and_bad_ones_are_refused() -> None:
+    assert Priority.from_wire(None) is LIVE  # a client that sends none: a live call
+    assert [Priority.from_wire(int(p)) for p in Priority] == list(Priority)
+    for bad in (3, -1, "1", True, 1.0):
+        with pytest.raises(ValueError, match="priority"):
+            Priority.from_wire(bad)
+    assert [p.vllm for p in Priority] == [0, -1, -2]  # vLLM serves lower values first
