@@ -62,5 +62,8 @@ def test_vllm_remote_is_built_unstarted_and_needs_a_url(tmp_path: Path) -> None:
     assert engine.name == "vllm-remote" and not engine.ready and engine.exactness == "batched"
     declared = remote.model_copy(update={"vllm_remote_exactness": "unbatched"})
     assert build_engine(declared).exactness == "unbatched"
+    for mode in ("auto", "on", "off"):  # request priorities: probed at start (tests/fleet/test_fleet_priority.py)
+        configured = build_engine(remote.model_copy(update={"vllm_remote_priority": mode}))
+        assert isinstance(configured, VLLMRemoteEngine) and configured._priority_mode == mode
     with pytest.raises(ValueError, match="cannot be 'exact'"):
         VLLMRemoteEngine("http://127.0.0.1:9", exactness="exact")
