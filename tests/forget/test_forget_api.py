@@ -194,6 +194,7 @@ def test_forget_metrics_are_exported(client: httpx.Client, session: tuple[str, l
         'lethe_forget_tokens_total{kind="reused",strategy="selective_replay"}',
         "lethe_forget_full_reset_estimate_tokens_total",
         "lethe_forget_queue_depth",
+        'lethe_forget_engine_wait_seconds_count{priority="forget"}',  # the hf engine measures its queue
     ):
         assert name in body, name
 

@@ -51,11 +51,11 @@ async def db(private_url: str) -> AsyncIterator[Database]:
     await database.close()
 
 
-async def _queued(db: Database) -> str:
+async def _queued(db: Database, priority: int = 1) -> str:
     async with db.transaction() as tx:
         job = await jobs_repo.create(
             tx, id=new_id("fgt"), tenant_id="ten_queue", status="queued", strategy="no_forget",
-            target={"session_id": "ses_x"}, reason=None, receipt={}, attempts=0,
+            target={"session_id": "ses_x"}, reason=None, receipt={}, attempts=0, priority=priority,
         )
     return job.id
 
@@ -106,6 +106,23 @@ async def test_a_job_sent_back_waits_in_the_queue_while_the_worker_runs_the_next
     assert sent_back is not None and sent_back.status == "queued" and sent_back.run_after is not None
     assert not await worker.step()  # not claimable before its time: nothing else to run
     async with db.transaction() as tx:  # cleanup: nobody else may claim it
+        await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
+
+
+@ASYNC
+async def test_a_detector_s_job_is_claimed_before_older_forgets(db: Database) -> None:
+    async with db.transaction() as tx:
+        await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
+    older, plain = await _queued(db), await _queued(db)
+    detector = await _queued(db, priority=2)  # a detector webhook's (app/engine/priority.py DETECTOR)
+    claimed = []
+    for _ in range(3):
+        async with db.transaction() as tx:
+            job = await jobs_repo.claim(tx, "test-worker", 30)
+        assert job is not None
+        claimed.append(job.id)
+    assert claimed == [detector, older, plain]
+    async with db.transaction() as tx:
         await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
 
 

@@ -91,6 +91,9 @@ def test_a_signed_flag_forgets_the_observation_once(
     assert not [a for a in artifacts(client, session_id) if "DE99" in a["content"]]
     rows = sql(database_url, "SELECT forget_id FROM webhook_deliveries WHERE webhook_id = $1", "msg_" + doc)
     assert [r["forget_id"] for r in rows] == [job["id"]]
+    # A suspected injection goes first: its job, and its replay's engine work, at the detector's priority.
+    assert sql(database_url, "SELECT priority FROM forget_jobs WHERE id = $1", job["id"])[0]["priority"] == 2
+    assert 'lethe_forget_engine_wait_seconds_count{priority="detector"}' in client.get("/metrics").text
 
 
 def test_racing_redeliveries_start_one_job(anon: httpx.Client, client: httpx.Client, flagged: tuple[str, str]) -> None:
