@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
+from app.engine.priority import Priority, engine_priority
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
@@ -261,6 +262,52 @@ async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLL
     await tick
     assert together == solo
     assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.2f} s"
+
+
+async def test_a_forget_s_request_is_scheduled_before_a_live_one_queued_earlier(
+    engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM runs with priority scheduling, and each request carries its task's priority (app/engine/priority.py;
+    vLLM serves lower values first). Forced: the scheduler is paused (in-flight requests kept), a live request and
+    then a forget's are added, and only once vLLM's engine core has both (the adds went out on its input socket
+    before the resume does) is it resumed: one sequence at a time (max_num_seqs=1), the forget's runs first."""
+    llm = engine._started()
+    sent: list[int] = []
+    added = asyncio.Queue[None]()
+    generate, add = llm.generate, llm.engine_core.add_request_async
+
+    def recording(*args: object, **kwargs: object) -> object:
+        sent.append(int(kwargs.get("priority", 0)))  # type: ignore[call-overload]
+        return generate(*args, **kwargs)
+
+    async def adding(request: object) -> None:
+        await add(request)
+        added.put_nowait(None)
+
+    monkeypatch.setattr(llm, "generate", recording)
+    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
+    chat = engine.chat
+    tokens = [*chat.render_block("user", "Name three colours."), *chat.assistant_header()]
+    live = await engine.open("prio-live", salt=salt(), tokens=list(tokens))
+    urgent = await engine.open("prio-forget", salt=salt(), tokens=list(tokens))
+    finished: list[str] = []
+
+    async def run(handle: CacheHandle, name: str, level: Priority) -> None:
+        with engine_priority(level):
+            await engine.generate(handle, GREEDY)
+        finished.append(name)
+
+    await llm.pause_generation(mode="keep", clear_cache=False)
+    try:
+        tasks = [asyncio.create_task(run(live, "live", Priority.LIVE))]
+        await asyncio.wait_for(added.get(), 60)
+        tasks.append(asyncio.create_task(run(urgent, "forget", Priority.FORGET)))
+        await asyncio.wait_for(added.get(), 60)
+    finally:
+        await llm.resume_generation()
+    await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    assert sent == [0, -1]
+    assert finished == ["forget", "live"]
 
 
 async def test_cache_misses_are_detected_after_eviction(engine: VLLMEngine) -> None:
