@@ -88,12 +88,6 @@ class Metrics:
             ["affinity"], registry=self.registry,
         )
 
-    def fleet_request(self, request: FleetAnswer) -> None:
-        """One session request to the fleet (VLLMRemoteEngine.observe)."""
-        self.fleet_requests.labels(affinity=request.affinity).inc()
-        self.fleet_prompt_tokens.labels(affinity=request.affinity).inc(request.prompt_tokens)
-        self.fleet_reused_tokens.labels(affinity=request.affinity).inc(request.reused_tokens)
-
         # Read replicas (app/db/replicas.py): where reads that may leave the primary went, and how far behind each
         # replica is (untokened reads see that lag; tokened ones wait for it or read the primary).
         self.reads = Counter(
@@ -115,6 +109,12 @@ class Metrics:
             "Seconds since the replica last replayed a transaction while it is behind (0 when caught up).",
             ["replica"], registry=self.registry, multiprocess_mode="livemax",
         )
+
+    def fleet_request(self, request: FleetAnswer) -> None:
+        """One session request to the fleet (VLLMRemoteEngine.observe)."""
+        self.fleet_requests.labels(affinity=request.affinity).inc()
+        self.fleet_prompt_tokens.labels(affinity=request.affinity).inc(request.prompt_tokens)
+        self.fleet_reused_tokens.labels(affinity=request.affinity).inc(request.reused_tokens)
 
     def replica_state(self, replica: str, *, up: bool, lag_bytes: int | None, lag_seconds: float | None) -> None:
         self.replica_up.labels(replica=replica).set(1 if up else 0)

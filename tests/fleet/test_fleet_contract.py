@@ -12,11 +12,10 @@ import httpx
 import pytest
 
 from app.db.models import AgentSession
-from app.engine.chat import ChatMLTemplate
+from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.fleet import SESSION_HEADER, FleetRequest, ObservedFleet
 from app.engine.model_store import resolve_model
 from app.engine.protocol import Sampling
-from app.engine.vllm_common import load_chat_template
 from app.engine.vllm_remote import RETRY_AFTER_S, VLLMRemoteEngine
 from app.errors import EngineUnavailable
 from app.observability.metrics import Metrics
