@@ -85,7 +85,7 @@ class Container:
             memory_catalog=MemoryCatalog(self.db),
             webhooks=DetectorWebhooks(self.db, forget),
             conversations=CompatService(self.db, self.engine, sessions, forget),
-            chat=ChatService(self.db, self.engine, sessions),
+            chat=ChatService(self.db, self.engine, sessions, forget),
         )
 
     def forget_worker(self) -> ForgetWorker:

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ForgetJob
 from app.db.repositories import forget_jobs as jobs_repo
+from app.db.repositories import memory as memory_repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.db.statements import InSession
@@ -43,7 +44,6 @@ from app.forget.session_work import SessionWork
 from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
-from app.memory import repository as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
 from app.policies import POLICIES

@@ -22,18 +22,25 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.api.schemas.forget import job_out
+from app.db.repositories import openai_compat as repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.engine.protocol import TokenSink
 from app.engine.slot import EngineSlot
+from app.forget import plain_words
+from app.forget.proposals import Proposal
+from app.forget.service import ForgetService
 from app.ids import new_id
-from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import message_text
 from app.openai_compat.markup import visible_text
 from app.openai_compat.objects import lethe_tools
 from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
 from app.runtime.blocks import Observation
+from app.runtime.transition import Usage
 from app.sessions.service import SessionService
 from app.sessions.values import SessionConfig, TurnResult
 
@@ -76,16 +83,34 @@ def canonical(messages: list[dict[str, Any]]) -> list[Canonical]:
     return out
 
 
+def stored_history(messages: list[Canonical]) -> list[Canonical]:
+    """The history as a session holds it: without the exchanges that were deletion requests in plain words (a user
+    message that is one, and the plan that answered it), which are never stored (forget/proposals.py)."""
+    kept: list[Canonical] = []
+    skip = False
+    for index, message in enumerate(messages):
+        if skip:  # the plan that answered the request just dropped
+            skip = False
+            continue
+        answered = index + 1 < len(messages) and messages[index + 1]["role"] == "assistant"
+        if message["role"] == "user" and answered and plain_words.parse(message["content"]) is not None:
+            skip = True
+            continue
+        kept.append(message)
+    return kept
+
+
 def digest(tools: list[dict[str, Any]], messages: list[Canonical]) -> str:
     text = json.dumps({"tools": tools, "messages": messages}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 class ChatService:
-    def __init__(self, db: Database, engine: EngineSlot, sessions: SessionService) -> None:
+    def __init__(self, db: Database, engine: EngineSlot, sessions: SessionService, forget: ForgetService) -> None:
         self.db = db
         self.engine = engine
         self.sessions = sessions
+        self.forget = forget
 
     async def create(
         self, tenant_id: str, body: ChatCompletionCreate
@@ -94,7 +119,7 @@ class ChatService:
         served = self.engine.engine.model_id
         if body.model != served:
             raise ModelNotFound(body.model, served)
-        messages = canonical(body.messages)
+        messages = stored_history(canonical(body.messages))
         tools = [] if not body.tools else lethe_tools([
             FunctionTool(type="function", name=t.function.name, description=t.function.description,
                          parameters=t.function.parameters) for t in body.tools
@@ -141,39 +166,60 @@ class ChatService:
         created = int(time.time())
         reply_id = new_id("art")
 
+        def answered(message: dict[str, Any], finish: str, usage: Usage, **extra: Any) -> dict[str, Any]:
+            return {
+                "id": completion_id, "object": "chat.completion", "created": created, "model": served,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.decode_tokens,
+                          "total_tokens": usage.prompt_tokens + usage.decode_tokens,
+                          "prompt_tokens_details": {"cached_tokens": usage.reused_tokens}},
+                "lethe_session_id": session_id, **extra,
+            }
+
         async def run(on_tokens: TokenSink | None) -> dict[str, Any]:
+            # A deletion request in plain words is answered with a plan to confirm, as at every front door
+            # (forget/proposals.py): never a transition, never stored as a message.
+            proposal = await self.forget.propose(tenant_id, session_id, observed, generate=True)
+            if proposal is not None:
+                return await plan_answer(proposal)
+
+            async def record(tx: AsyncSession, result: TurnResult) -> None:
+                """The head the client's next request resends, in the transition's own commit."""
+                if result.reply_id is not None:
+                    await repo.put_head(tx, session_id=session_id, tenant_id=tenant_id,
+                                        digest=digest(tools, [*messages, _canonical_reply(result)]),
+                                        reply_artifact_id=result.reply_id, turn=result.turn, epoch=result.epoch)
+
             try:
                 result = await self.sessions.turn(
                     tenant_id, session_id, observed, True, on_tokens, sampling=sampling or None, expect_turns=expect,
-                    reply_id=reply_id,
+                    reply_id=reply_id, on_commit=record,
                 )
             except BaseException:
                 if last < 0:  # the session opened for this request holds nothing the client could reach
                     await self.sessions.delete(tenant_id, session_id)
                 raise
-            answer = _message(result)
-            if result.reply_id is not None:
-                resent = [*messages, {"role": "assistant", "content": answer.get("content") or "",
-                                      "tool_call_ids": [c["id"] for c in answer.get("tool_calls", [])]}]
-                async with self.db.transaction() as tx:
-                    session = await sessions_repo.get(tx, tenant_id, session_id)
-                    if session is not None and session.turns == result.turn:
-                        await repo.put_head(tx, session_id=session_id, tenant_id=tenant_id,
-                                            digest=digest(tools, resent), reply_artifact_id=result.reply_id,
-                                            turn=result.turn, epoch=session.epoch)
             finish = "tool_calls" if result.tool_calls else (result.finish_reason or "stop")
-            usage = result.usage
-            return {
-                "id": completion_id, "object": "chat.completion", "created": created, "model": served,
-                "choices": [{"index": 0, "message": answer, "finish_reason": finish, "logprobs": None}],
-                "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.decode_tokens,
-                          "total_tokens": usage.prompt_tokens + usage.decode_tokens,
-                          "prompt_tokens_details": {"cached_tokens": usage.reused_tokens}},
-                "lethe_session_id": session_id,
-            }
+            return answered(_message(result), finish, result.usage)
+
+        async def plan_answer(proposal: Proposal) -> dict[str, Any]:
+            """The plan's reply as the assistant's message. The session is as it was, and so is its head: a history
+            resent with this exchange in it matches without it (`stored_history`), so the conversation goes on."""
+            message = {"role": "assistant", "content": proposal.reply, "refusal": None}
+            if last < 0:
+                await self.sessions.delete(tenant_id, session_id)  # opened for this request: nothing to forget
+            plan = None if proposal.plan is None else job_out(proposal.plan).model_dump(mode="json")
+            return answered(message, "stop", Usage(0, 0, 0, 0, 0), lethe_forget_plan=plan)
 
         head_chunk = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": served}
         return run, {**head_chunk, "lethe_session_id": session_id}
+
+
+def _canonical_reply(result: TurnResult) -> Canonical:
+    """The reply as the client will resend it (canonical form): its visible text and its calls' ids."""
+    message = _message(result)
+    return {"role": "assistant", "content": message.get("content") or "",
+            "tool_call_ids": [c["id"] for c in message.get("tool_calls", [])]}
 
 
 def _message(result: TurnResult) -> dict[str, Any]:

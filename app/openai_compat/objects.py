@@ -54,9 +54,36 @@ def function_tools(session_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for t in session_tools if not t.get("builtin")]
 
 
+def plan_message(plan: dict[str, Any]) -> dict[str, Any]:
+    """The output message answering a deletion request in plain words: the plan's reply (ids and counts only)."""
+    return {"type": "message", "id": plan["reply_id"], "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": plan["reply"], "annotations": [], "logprobs": []}]}
+
+
+def plan_response(
+    response_id: str, plan: dict[str, Any], params: dict[str, Any], previous_response_id: str | None
+) -> dict[str, Any]:
+    """A deletion request's response when nothing matched and no session is left to hold it (nothing is stored)."""
+    return {
+        "id": response_id, "object": "response", "created_at": ts(None), "completed_at": ts(None),
+        "status": "completed", "error": None, "incomplete_details": None, "instructions": None,
+        "metadata": params.get("metadata") or {}, "model": params["model"], "output": [plan_message(plan)],
+        "parallel_tool_calls": True, "temperature": 0.0, "top_p": 1.0, "max_output_tokens": None,
+        "tool_choice": "auto", "tools": [], "previous_response_id": previous_response_id, "conversation": None,
+        "store": False, "background": False, "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "usage": _usage({}),
+    }
+
+
 def response_object(row: OpenAIResponse, session: AgentSession, arts: list[Artifact]) -> dict[str, Any]:
-    """A response as OpenAI's object, its output read from its transition's artifacts as they are now."""
+    """A response as OpenAI's object, its output read from its transition's artifacts as they are now (a deletion
+    request's answer holds the plan's reply instead: it ran no transition)."""
+    plan = row.params.get("plan")
+    if plan is not None:
+        arts = []
     output = [item for a in arts if a.kind in ("assistant", "tool_call") and (item := item_of(a)) is not None]
+    if plan is not None:
+        output = [plan_message(plan)]
     replies = [a for a in arts if a.kind == "assistant"]
     finish = (replies[-1].meta or {}).get("finish_reason") if replies else None
     config = {**session.sampling, **((session.sampling.get("per_turn") or {}).get(str(row.turn)) or {})}
@@ -73,13 +100,17 @@ def response_object(row: OpenAIResponse, session: AgentSession, arts: list[Artif
         "tools": function_tools(session.tools), "previous_response_id": row.previous_response_id,
         "conversation": {"id": row.conversation_id} if row.conversation_id else None,
         "store": True, "background": False, "text": {"format": {"type": "text"}}, "truncation": "disabled",
-        "usage": {
-            "input_tokens": usage.get("input_tokens", 0),
-            "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0),
-                                     "cache_write_tokens": usage.get("prefill_tokens", 0)},
-            "output_tokens": usage.get("output_tokens", 0),
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage.get("input_tokens", 0) + usage.get("output_tokens", 0),
-        },
+        "usage": _usage(usage),
         "lethe_session_id": row.session_id, "lethe_turn": row.turn,
+    }
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.get("input_tokens", 0),
+        "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0),
+                                 "cache_write_tokens": usage.get("prefill_tokens", 0)},
+        "output_tokens": usage.get("output_tokens", 0),
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.get("input_tokens", 0) + usage.get("output_tokens", 0),
     }

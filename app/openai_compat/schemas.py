@@ -206,6 +206,11 @@ class ResponseOut(Answer):
     status: Literal["completed", "incomplete"]
     model: str
     output: list[dict[str, Any]]
+    lethe_forget_plan: dict[str, Any] | None = Field(
+        default=None, description="When the input was a deletion request in plain words (\"Forget that I live in "
+        "Paris\"): the stored plan, confirmed with POST /v1/forget {\"plan_id\": ...}; the request ran no "
+        "transition and is stored nowhere",
+    )
 
 
 class ChatCompletionOut(Answer):
@@ -215,6 +220,11 @@ class ChatCompletionOut(Answer):
     model: str
     choices: list[dict[str, Any]]
     usage: dict[str, Any]
+    lethe_forget_plan: dict[str, Any] | None = Field(
+        default=None, description="When the input was a deletion request in plain words (\"Forget that I live in "
+        "Paris\"): the stored plan, confirmed with POST /v1/forget {\"plan_id\": ...}; the request ran no "
+        "transition and is stored nowhere",
+    )
 
 
 class ModelOut(Answer):

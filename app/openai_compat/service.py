@@ -27,29 +27,32 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.api.schemas.forget import job_out
 from app.db.models import AgentSession, Artifact, OpenAIConversation, OpenAIResponse
 from app.db.repositories import artifacts as artifacts_repo
+from app.db.repositories import openai_compat as repo
 from app.db.repositories import sessions as sessions_repo
 from app.db.session import Database
 from app.engine.protocol import TokenSink
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound
 from app.forget.jobs import JobView, Submission
+from app.forget.proposals import Proposal
 from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
 from app.ids import has_prefix, new_id
 from app.openai_compat import history
-from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import ITEM_KINDS, item_of, items_of, observations, split_system
-from app.openai_compat.objects import lethe_tools, page, require_id, response_object, ts
-from app.openai_compat.placement import Placer, by_digest, holder, put_head
+from app.openai_compat.objects import lethe_tools, page, plan_response, require_id, response_object, ts
+from app.openai_compat.placement import Placement, Placer, by_digest, holder, put_head
 from app.openai_compat.policy import check_include
 from app.openai_compat.schemas import ResponseCreate
 from app.sessions.branching import Branching
 from app.sessions.service import SessionService
-from app.sessions.values import SessionConfig
+from app.sessions.values import SessionConfig, TurnResult
 
 MODEL_ARTIFACTS = ("assistant", "tool_call")
 
@@ -270,17 +273,16 @@ class CompatService:
                 session_id = await self.branching.branch(
                     tenant_id, session_id, placed.branch_turn, epoch=placed.branch_epoch
                 )
-            try:
-                result = await self.sessions.turn(
-                    tenant_id, session_id, placed.observations, True, on_tokens, sampling=sampling or None,
-                    expect_turns=placed.expect_turns, reply_id=reply_id,
-                )
-            except BaseException:
-                if placed.owned:  # the session opened for this request holds nothing the client could reach
-                    await self.sessions.delete(tenant_id, session_id)
-                raise
-            usage = result.usage
-            async with self.db.transaction() as tx:
+            # A deletion request in plain words is answered with a plan to confirm, as at every front door
+            # (forget/proposals.py): never a transition, never stored as a message.
+            proposal = await self.forget.propose(tenant_id, session_id, placed.observations, generate=True)
+            if proposal is not None:
+                return await self._plan_response(tenant_id, session_id, placed, proposal, response_id, reply_id,
+                                                 body.previous_response_id, params)
+
+            async def record(tx: AsyncSession, result: TurnResult) -> None:
+                """The response row, in the transition's own commit: no response without its transition."""
+                usage = result.usage
                 if result.reply_id is not None:
                     await put_head(tx, tenant_id, session_id, result.turn, result.epoch, result.reply_id)
                 await repo.add(tx, OpenAIResponse(
@@ -289,6 +291,16 @@ class CompatService:
                     usage={"input_tokens": usage.prompt_tokens, "cached_tokens": usage.reused_tokens,
                            "prefill_tokens": usage.prefill_tokens, "output_tokens": usage.decode_tokens},
                 ))
+
+            try:
+                await self.sessions.turn(
+                    tenant_id, session_id, placed.observations, True, on_tokens, sampling=sampling or None,
+                    expect_turns=placed.expect_turns, reply_id=reply_id, on_commit=record,
+                )
+            except BaseException:
+                if placed.owned:  # the session opened for this request holds nothing the client could reach
+                    await self.sessions.delete(tenant_id, session_id)
+                raise
             return await self.get_response(tenant_id, response_id)
 
         skeleton = {
@@ -298,6 +310,30 @@ class CompatService:
             "conversation": {"id": placed.conversation_id} if placed.conversation_id else None,
         }
         return run, skeleton, reply_id
+
+    async def _plan_response(
+        self, tenant_id: str, session_id: str, placed: Placement, proposal: Proposal, response_id: str, reply_id: str,
+        previous_response_id: str | None, params: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The answer to a deletion request: a response whose output is the plan's reply, at the session's current
+        transition (nothing of the request is in the session), so the conversation goes on from where it was."""
+        if proposal.plan is None and placed.owned:
+            await self.sessions.delete(tenant_id, session_id)  # opened for this request: nothing in it to forget
+        plan = {"reply": proposal.reply, "reply_id": reply_id,
+                "forget_id": None if proposal.plan is None else proposal.plan.id}
+        async with self.db.transaction() as tx:
+            session = await sessions_repo.get(tx, tenant_id, session_id)
+            if session is None:
+                return plan_response(response_id, plan, params, previous_response_id)
+            await repo.add(tx, OpenAIResponse(
+                id=response_id, tenant_id=tenant_id, session_id=session_id, conversation_id=placed.conversation_id,
+                turn=session.turns, previous_response_id=previous_response_id, params={**params, "plan": plan},
+                usage={},
+            ))
+        answer = await self.get_response(tenant_id, response_id)
+        if proposal.plan is not None:
+            answer["lethe_forget_plan"] = job_out(proposal.plan).model_dump(mode="json")
+        return answer
 
     async def _response_row(self, tenant_id: str, response_id: str, param: str | None = None) -> OpenAIResponse:
         row = None

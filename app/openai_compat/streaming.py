@@ -112,16 +112,20 @@ async def chat_chunks(
 
     yield chunk({"role": "assistant", "content": ""})
     text = VisibleStream()  # the message's content, without tool-call markup (markup.py)
+    shown = False
     if run.deltas is not None:
         async for delta in run.deltas:
             visible = text.push(delta)
             if visible:
+                shown = True
                 yield chunk({"content": visible})
     result = run.outcome()
     if isinstance(result, LetheError):
         yield event(None, body(result.status, result.detail, code=result.type_slug))
         return
     choice = result["choices"][0]
+    if not shown and choice["message"].get("content"):  # a text no token carried (a deletion request's plan)
+        yield chunk({"content": choice["message"]["content"]})
     calls = choice["message"].get("tool_calls") or []
     for index, call in enumerate(calls):  # each call whole in one delta: its id, name and arguments
         yield chunk({"tool_calls": [{"index": index, **call}]})

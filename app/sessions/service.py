@@ -33,7 +33,7 @@ from app.runtime.step import Machinery, PolicyLookup, SessionState, TransitionIn
 from app.runtime.tool_catalog import preamble as tool_preamble
 from app.runtime.writes import write_step
 from app.sessions.locking import DEFAULT_LEASE_S, DEFAULT_LOCK_TIMEOUT_S, Lease, SessionLocks, require
-from app.sessions.turns import Transitions
+from app.sessions.turns import OnCommit, Transitions
 from app.sessions.values import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
 from app.tool_calls import ToolCall
 
@@ -178,20 +178,23 @@ class SessionService:
         sampling: Mapping[str, Any] | None = None,
         expect_turns: int | None = None,
         reply_id: str | None = None,
+        on_commit: OnCommit | None = None,
     ) -> TurnResult:
         """One transition. `on_tokens` receives the reply's tokens as they are sampled (SSE streaming).
 
         `sampling` overrides the session's sampling for this transition only (stored with the session under
         `per_turn`, so a forget replays it the same way); `expect_turns` makes the transition conditional on the
         session's transition count (StaleHead otherwise: another client moved the session on); `reply_id` is the id
-        the reply's artifact takes (a stream announces it before the reply exists)."""
+        the reply's artifact takes (a stream announces it before the reply exists); `on_commit` runs in the
+        transaction that commits the transition, with its result (what a front door stores about it, e.g. an
+        OpenAI response row, commits with it or not at all)."""
         empty = not observations and not generate
         # An empty transition is bookkeeping only (what a forget leaves where an observation held only the target):
         # it needs no engine, so it works while the model loads.
         engine = self.slot.engine if empty else await self._engine()
         return await self.transitions.turn(
             self._machinery(engine), tenant_id, session_id, observations, generate, on_tokens,
-            sampling=sampling, expect_turns=expect_turns, reply_id=reply_id,
+            sampling=sampling, expect_turns=expect_turns, reply_id=reply_id, on_commit=on_commit,
         )
 
     async def compact(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -40,6 +40,9 @@ from app.tool_calls import ToolCall
 
 log = logging.getLogger(__name__)
 
+# What a caller writes about a transition in the transaction that commits it (SessionService.turn).
+OnCommit = Callable[[AsyncSession, TurnResult], Awaitable[None]]
+
 
 class Transitions:
     def __init__(self, locks: SessionLocks, policies: PolicyLookup) -> None:
@@ -58,6 +61,7 @@ class Transitions:
         sampling: Mapping[str, Any] | None,
         expect_turns: int | None,
         reply_id: str | None,
+        on_commit: OnCommit | None = None,
     ) -> TurnResult:
         """One transition (SessionService.turn). An empty one (no observation, no reply) is bookkeeping only: it
         never touches `m.engine`, so it works while the model loads."""
@@ -82,6 +86,8 @@ class Transitions:
                     await sessions_repo.set_sampling(tx, locked.id, row.sampling)
                 await _write(tx, locked, done)
                 await _commit_client_calls(tx, locked, answered)
+                if on_commit is not None:
+                    await on_commit(tx, _result(locked.epoch, done))
             if not empty:
                 await self._compact_after(lease, m)
         return _result(lease.row.epoch, done)

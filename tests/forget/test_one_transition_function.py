@@ -21,8 +21,15 @@ from tests.forget.forget_helpers import forget, user
 from tests.support import sql
 
 SEEDED = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 16, "seed": 5}
-TOOLS = [{"name": "get_balance", "builtin": True}, {"name": "transfer", "builtin": True}]
-SYSTEM = "You are a banking assistant. Use tools. Answer briefly."
+# The setting under which the tiny model copies a tool call (tests/forget/test_forget_tools.py): greedy, with room.
+TOOLS = [
+    {"name": "get_balance", "builtin": True},
+    {"name": "transfer", "builtin": True},
+    {"name": "lookup_contact", "description": "Find a contact's IBAN",
+     "parameters": {"type": "object", "properties": {"name": {"type": "string"}}}},
+]
+SYSTEM = "You are a banking assistant. Use tools."
+GREEDY_TOOLS = {"temperature": 0, "max_tokens": 48, "seed": 1}
 TARGET = "My PIN is 5512."
 
 
@@ -92,8 +99,9 @@ def _assert_recomputed_equal(database_url: str, session_id: str, before: list[di
 
 
 def test_a_replay_writes_what_the_turns_wrote(client: httpx.Client, database_url: str) -> None:
-    """Full context: tools (a builtin call fires and changes the environment), a document, a compaction."""
-    r = client.post("/v1/sessions", json={"system_prompt": SYSTEM, "tools": TOOLS, "sampling": SEEDED})
+    """Full context: tools (a builtin call fires and changes the environment), a document, a compaction. Greedy (the
+    tool call must come); the retrieval case below samples at temperature 0.7."""
+    r = client.post("/v1/sessions", json={"system_prompt": SYSTEM, "tools": TOOLS, "sampling": GREEDY_TOOLS})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
     fired = _turn(client, sid, _copy_call("transfer", {"to": "DE11", "amount": 5}))

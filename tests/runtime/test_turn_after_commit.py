@@ -18,6 +18,8 @@ import httpx
 from tests.support import BOOTSTRAP_KEY, HeldLock, sql, until
 
 LiveServer = Any
+# Long enough that the session passes its 64-token budget with this turn (after one short turn it is under it).
+LONG = "Tell me more about the history of Paris, its museums, its food and its people, in detail please."
 
 
 def _status_count(client: httpx.Client, status: str) -> float:
@@ -50,7 +52,7 @@ def test_a_client_hanging_up_during_auto_compaction_leaves_a_committed_turn(
     r = client.post("/v1/sessions", json={
         "system_prompt": "You are a helpful assistant.", "memory_namespace": namespace,
         "sampling": {"temperature": 0, "max_tokens": 8, "seed": 3},
-        "compaction": {"max_tokens": 40, "keep_last_turns": 1, "write_back": True},
+        "compaction": {"max_tokens": 64, "keep_last_turns": 1, "write_back": True},
     })
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
@@ -60,15 +62,16 @@ def test_a_client_hanging_up_during_auto_compaction_leaves_a_committed_turn(
     key = f"summary.{sid}"  # (one turn leaves nothing older to compact: no summary yet)
     made = client.put(f"/v1/memory/{namespace}/{key}", json={"value": "x"}, headers={"If-None-Match": "*"})
     assert made.status_code == 201, made.text
-    turns_before = client.get(f"/v1/sessions/{sid}").json()["turns"]
-    assert turns_before == 1
+    session = client.get(f"/v1/sessions/{sid}").json()
+    turns_before = session["turns"]
+    assert turns_before == 1 and session["token_count"] < 64, session
     ok_before, cancelled_before = _status_count(client, "200"), _status_count(client, "499")
 
     sent, hang_up = threading.Event(), threading.Event()
     with HeldLock(database_url, "SELECT 1 FROM memory_records WHERE namespace = $1 AND key = $2 FOR UPDATE",
                   namespace, key) as lock:
         caller = threading.Thread(
-            target=_turn_then_hang_up, args=(live_server.base_url, sid, "Tell me more.", sent, hang_up), daemon=True
+            target=_turn_then_hang_up, args=(live_server.base_url, sid, LONG, sent, hang_up), daemon=True
         )
         caller.start()
         assert sent.wait(60)
