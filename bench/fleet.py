@@ -82,6 +82,7 @@ class VLLMWorker:
             "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len),
             "--kv-cache-memory-bytes", str(kv_cache_bytes),
             "--enable-prefix-caching", "--enable-prompt-tokens-details",
+            "--scheduling-policy", "priority",  # a forget's replay ahead of live turns (app/engine/fleet_priority.py)
         ]
         env = {
             **os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",

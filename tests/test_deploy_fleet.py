@@ -109,6 +109,7 @@ def test_compose_fleet_profile_routes_to_its_workers_with_fast_failover() -> Non
     for name in workers:
         args = services[name]["command"]
         assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
+        assert _flag(args, "--scheduling-policy") == "priority"  # a forget's replay first (LETHE_VLLM_REMOTE_PRIORITY)
     router = services["vllm-router"]["command"]
     assert _flag(router, "--policy") == "consistent_hash"
     for url in _flag_values(router, "--worker-urls"):
@@ -174,6 +175,7 @@ def test_k8s_router_discovers_the_workers_it_may_list() -> None:
     assert namespace == "$(POD_NAMESPACE)" and env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"]
     worker_args = _container(worker)["args"]
     assert "--enable-prefix-caching" in worker_args and "--enable-prompt-tokens-details" in worker_args
+    assert _flag(worker_args, "--scheduling-policy") == "priority"
     assert int(_flag(worker_args, "--port")) == _ports(_container(worker))["http"]
     ports = _ports(_container(router))
     assert int(_flag(args, "--port")) == ports["http"] and int(_flag(args, "--prometheus-port")) == ports["metrics"]
