@@ -10,7 +10,9 @@ latency, non-2xx and 5xx answers, transport errors, pool timeouts and error line
 peak RSS and the load generator's own CPU seconds (getrusage). `--sequential`: the same work one turn after another
 (gain = all at once / sequential). `--pool 64`: 64 sessions at once, `--pool-max-tokens`, default database pool.
 `--forget-beside 8`: a forget (selective_replay of a user message, waited for) on an idle server, then on a twin
-session while 8 others generate until it ends; their turns must all succeed.
+session while 8 others generate until it ends; their turns must all succeed. Those turns are streamed, so the bench
+also shows that live replies progress while the forget runs: streamed deltas inside the forget's window and the
+longest stretch without one, beside the same counts in as long a window just after it.
 
 Raw vLLM runs last, in this process, once every server's processes are gone: the installed model loaded as
 app/engine/vllm_local.py loads it (float32, eager, the same KV bytes, prefix caching, `max_num_seqs` = the largest N),
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -143,6 +146,45 @@ async def turn(c: httpx.AsyncClient, session_id: str, row: Row) -> None:
         row.server_5xx += r.status_code >= 500
 
 
+async def streamed_turn(c: httpx.AsyncClient, session_id: str, row: Row, stamps: list[float]) -> None:
+    """`turn`, streamed: the arrival time of each `delta` event goes to `stamps` (live progress beside a forget)."""
+    start = time.perf_counter()
+    body = {"inputs": [{"type": "user", "content": PROMPT}], "stream": True}
+    name, final, failed = "", None, None
+    try:
+        async with c.stream("POST", f"/v1/sessions/{session_id}/turns", json=body) as r:
+            status = r.status_code
+            async for line in r.aiter_lines():
+                if line.startswith("event:"):
+                    name = line.removeprefix("event:").strip()
+                elif line.startswith("data:") and name == "delta":
+                    stamps.append(time.perf_counter())
+                elif line.startswith("data:") and name == "turn":
+                    final = json.loads(line.removeprefix("data:"))
+                elif line.startswith("data:") and name == "error":
+                    failed = json.loads(line.removeprefix("data:"))
+    except httpx.TransportError as exc:  # a timeout included
+        row.transport_errors.append(f"{session_id}: {type(exc).__name__} {exc}"[:300])
+        return
+    row.latencies_ms.append((time.perf_counter() - start) * 1000)
+    if failed is not None:  # the stream started (200), then the turn failed
+        status = int(failed.get("status", 500))
+    row.statuses[str(status)] = row.statuses.get(str(status), 0) + 1
+    if final is not None and failed is None:
+        row.ok += 1
+        row.decoded += int(final["usage"]["decode_tokens"])
+    else:
+        row.non_2xx += 1
+        row.server_5xx += status >= 500
+
+
+def progress_during(stamps: list[float], start: float, end: float) -> dict[str, Any]:
+    """Live replies' progress inside [start, end]: how many deltas arrived, and the longest stretch with none."""
+    inside = sorted(t for t in stamps if start <= t <= end)
+    edges = [start, *inside, end]
+    return {"deltas": len(inside), "longest_stall_s": max(b - a for a, b in itertools.pairwise(edges))}
+
+
 def scan_log(server: LetheServer, offset: int, row: Row) -> None:
     """Counts the server log's connection-pool timeouts and error lines written since `offset`."""
     with server.log.open("rb") as f:
@@ -212,17 +254,24 @@ async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: in
     async with client(server.url, n + 1, timeout_s) as c:
         ids = await create(c, n, max_tokens)
 
+        stamps: list[float] = []
+
         async def generate(session_id: str) -> None:
-            await turn(c, session_id, row)
+            await streamed_turn(c, session_id, row, stamps)
             while not done.is_set():
-                await turn(c, session_id, row)
+                await streamed_turn(c, session_id, row, stamps)
 
         offset = server.log.stat().st_size
         start = time.perf_counter()
         tasks = [asyncio.create_task(generate(s)) for s in ids]
         await asyncio.sleep(1.0)  # the sessions' first turns are in flight
         try:
+            forget_start = time.perf_counter()
             busy_job, busy_s = await asyncio.to_thread(forget_one, busy_target)
+            forget_end = time.perf_counter()
+            await asyncio.sleep(busy_s)  # as long a window after it, the sessions still generating
+            live = progress_during(stamps, forget_start, forget_end)
+            after = progress_during(stamps, forget_end, forget_end + busy_s)
         finally:
             done.set()
             await asyncio.gather(*tasks)
@@ -236,6 +285,7 @@ async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: in
         "idle_s": idle_s, "busy_s": busy_s, "busy_over_idle": busy_s / idle_s,
         "idle_duration_ms": idle_job.get("duration_ms"), "busy_duration_ms": busy_job.get("duration_ms"),
         "beside": row.summary(), "beside_all_ok": row.ok == row.sent and row.sent > 0,
+        "live_during_forget": live, "live_after_forget": after,
     }
 
 
@@ -371,6 +421,12 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 f"{len(b['transport_errors'])} transport errors: "
                 f"{'all succeeded' if f['beside_all_ok'] else 'FAILED'}; "
                 f"forgotten session equal to the counterfactual: idle {f['idle_equal']}, beside {f['busy_equal']}"
+            )
+            during, after = f["live_during_forget"], f["live_after_forget"]
+            lines.append(
+                f"- {result['engine']} live replies while the forget ran: {during['deltas']} streamed deltas, longest "
+                f"stretch without one {during['longest_stall_s']:.2f} s (in as long a window just after it: "
+                f"{after['deltas']} deltas, longest stretch {after['longest_stall_s']:.2f} s)"
             )
     return "\n".join(lines) + "\n"
 
