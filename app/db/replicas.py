@@ -63,8 +63,15 @@ class ReplicaMiss(Exception):
 def replica_failed(exc: BaseException) -> bool:
     """Whether `exc` came from the replica's side, its connection or its database (down, restarting, a query
     cancelled by replay, a replica that lacks the schema), rather than from the request's own logic: the primary then
-    answers instead, and authoritatively (an error that is really the read's fails there too, and is raised there)."""
-    return isinstance(exc, OSError | TimeoutError | asyncpg.PostgresError | asyncpg.InterfaceError | SQLAlchemyError)
+    answers instead, and authoritatively (an error that is really the read's fails there too, and is raised there).
+    asyncpg's InternalClientError counts: a replica killed under a query can leave its connection's protocol mid-way
+    ("cannot switch to state 12; another operation (2) is in progress", seen in CI), and that connection is unusable,
+    whatever the read was."""
+    return isinstance(
+        exc,
+        OSError | TimeoutError | asyncpg.PostgresError | asyncpg.InterfaceError | asyncpg.InternalClientError
+        | SQLAlchemyError,
+    )
 
 
 class _Memo(Protocol):

@@ -102,6 +102,7 @@ def test_what_sends_a_read_from_the_replica_to_the_primary() -> None:
         asyncpg.exceptions.SerializationError("canceling statement due to conflict with recovery"),
         asyncpg.exceptions.UndefinedTableError('relation "memory_records" does not exist'),
         asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+        asyncpg.exceptions.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
         OperationalError("SELECT 1", {}, ConnectionResetError()),
     ):
         assert replica_failed(failure), failure
