@@ -55,6 +55,7 @@ from app.engine.vllm_common import (
 
 log = logging.getLogger(__name__)
 
+FORGET_FIRST_SCHEDULER = "app.engine.vllm_scheduler.ForgetFirstScheduler"  # imported by vLLM's engine core only
 DEFAULT_KV_CACHE_BYTES = 1 << 30  # SmolLM2-135M in float32 holds ~46 KB per token: ~23k tokens of blocks
 
 
@@ -104,8 +105,10 @@ class VLLMEngine:
             "kv_cache_memory_bytes": kv_cache_bytes,
             "max_num_seqs": max_num_seqs,
             "enforce_eager": enforce_eager,
-            # A forget's requests go first (app/engine/priority.py): vLLM serves waiting requests by their priority.
+            # A forget's requests go first (app/engine/priority.py): vLLM admits waiting requests by their priority,
+            # and ours holds the less urgent running ones out of the batch while a more urgent one is in the engine.
             "scheduling_policy": "priority",
+            "scheduler_cls": FORGET_FIRST_SCHEDULER,
         }
         if block_size is not None:
             self._options["block_size"] = block_size

@@ -13,10 +13,8 @@ target (`clean_blocks`): a block holding any token of the target, and every bloc
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from app.engine.protocol import CacheHandle
 from app.engine.sampling import transition_seed
@@ -24,7 +22,6 @@ from app.engine.vllm_local import VLLMEngine
 from app.runtime.salts import rotates, session_salt
 from app.runtime.transition import use_salt
 from tests.engine_vllm.vllm_helpers import BLOCK, sampled
-from tests.support import MODEL_CACHE
 
 SEED = 99
 SECRET = (
@@ -37,12 +34,9 @@ SCHEMES = ("legacy", "session")
 SYSTEM = "You are a helpful assistant. Answer briefly." + " Be kind." * 60  # ~200 tokens: T1 ends past block 1
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def engine() -> AsyncIterator[VLLMEngine]:
-    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=256 << 20)
-    await vllm.start()
-    yield vllm
-    await vllm.close()
+@pytest.fixture
+def engine(batched_engine: VLLMEngine) -> VLLMEngine:
+    return batched_engine
 
 
 class Tenant:

@@ -1,0 +1,96 @@
+"""vLLM's scheduler, holding less urgent requests while a more urgent one is in the engine.
+
+vLLM's `scheduling_policy="priority"` only orders the *waiting* queue: a forget's request is admitted first, then
+batched with every live request already running (`max_num_seqs` of them), and vLLM takes a running request out of the
+batch only when KV blocks run out. On 2 CPU cores a 9-sequence decode step costs about twice a single one, so a
+forget beside 8 generating sessions took 1.9x its idle time (README, "Performance") however it was prioritised.
+
+`ForgetFirstScheduler` makes the priority strict: while any request with a lower (more urgent) priority value than
+others is running or waiting, the others are held: for each scheduling step they are hidden from vLLM's scheduler,
+which then schedules only the most urgent ones. A held request is not preempted: it keeps its KV blocks and, in the
+model runner, its cached state and its sampler's generator, and it is scheduled again, from the token it stopped at,
+once no more urgent request is left. This is vLLM's own notion of a running request that a step did not schedule
+(the model runner keeps the state of "running requests not scheduled in this step"), so a held reply is neither cut
+short nor resampled: it is delayed by at most the urgent requests' time in the engine, which is the starvation bound
+issue 33 asks for (between two of a replay's requests, held requests run).
+
+One failure mode is guarded: if the held requests hold the KV blocks an urgent one needs, holding them would stall
+everything (the urgent request waits for blocks nobody frees). A step that held requests and scheduled nothing ends
+the hold until the urgent requests have left the engine, and vLLM's priority preemption takes over (it preempts the
+least urgent running request when a more urgent one cannot get blocks).
+
+It is used by the in-process engine (vllm_local.py). A fleet's workers can run it too (`vllm serve
+--scheduler-cls app.engine.vllm_scheduler.ForgetFirstScheduler`, with Lethe installed beside vLLM; README, "A vLLM
+fleet"). vLLM calls its scheduler interface unstable: this class touches `running`, `waiting` and the two slot caps,
+and tests/engine_vllm/test_vllm_forget_salt.py checks the behaviour on the installed vLLM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request
+
+
+class HoldingScheduler(Scheduler):
+    """vLLM's synchronous scheduler with the hold (the CPU backend's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hold_stalled = False  # a hold scheduled nothing: let vLLM's preemption free blocks instead
+        self.held_steps = 0  # steps that held at least one request (for tests and debugging)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        held_running, held_waiting = self._less_urgent()
+        if not held_running and not held_waiting:
+            self._hold_stalled = False
+            return super().schedule(*args, **kwargs)
+        if self._hold_stalled:
+            return super().schedule(*args, **kwargs)
+        held_ids = {request.request_id for request in held_running}
+        self.running = [request for request in self.running if request.request_id not in held_ids]
+        self.waiting.remove_requests(held_waiting)
+        # The held keep their model-runner slots: the scheduler may admit only as many as the slots they leave.
+        slots, active = self.max_num_running_reqs, self.max_num_active_reqs
+        self.max_num_running_reqs -= len(held_running)
+        self.max_num_active_reqs -= len(held_running)
+        try:
+            output = super().schedule(*args, **kwargs)
+        finally:
+            self.max_num_running_reqs, self.max_num_active_reqs = slots, active
+            self.running.extend(held_running)
+            for request in held_waiting:
+                self.waiting.add_request(request)
+        self.held_steps += 1
+        if output.total_num_scheduled_tokens == 0:
+            self._hold_stalled = True
+        return output
+
+    def _less_urgent(self) -> tuple[list[Request], list[Request]]:
+        """The running and waiting requests less urgent than the most urgent one (vLLM: lower values first)."""
+        priorities = [request.priority for request in self.running]
+        priorities.extend(request.priority for request in self.waiting)
+        if not priorities:
+            return [], []
+        most_urgent = min(priorities)
+        return (
+            [request for request in self.running if request.priority > most_urgent],
+            [request for request in self.waiting if request.priority > most_urgent],
+        )
+
+
+class HoldingAsyncScheduler(HoldingScheduler, AsyncScheduler):
+    """vLLM's scheduler that runs a step ahead of the model (GPUs), with the hold."""
+
+
+class ForgetFirstScheduler:
+    """What `scheduler_cls` names: vLLM builds it with its config, and gets the holding variant of the scheduler it
+    would have used itself (vLLM picks `AsyncScheduler` when the platform schedules ahead of the model, e.g. on GPUs;
+    a plain `Scheduler` there would cost that overlap)."""
+
+    def __new__(cls, *args: Any, vllm_config: Any, **kwargs: Any) -> Any:
+        base = HoldingAsyncScheduler if vllm_config.scheduler_config.async_scheduling else HoldingScheduler
+        return base(*args, vllm_config=vllm_config, **kwargs)

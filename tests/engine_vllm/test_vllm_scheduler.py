@@ -1,0 +1,153 @@
+"""The in-process engine's scheduler (app/engine/vllm_scheduler.py) on the real engine and model: while a forget's
+request is in the engine, the live requests already running are held out of the batch, and they resume after it.
+
+What is observed is vLLM's own record of each engine step: the output batch the engine core sends back after a step
+names every request that got a token in it (`EngineCoreOutput.new_token_ids`), read where AsyncLLM's output handler
+processes it. No timing: the live requests are started and seen decoding, vLLM is paused (requests kept), the urgent
+one is added, and vLLM resumes only once its engine core has it, so the live requests are mid-reply when it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.engine.priority import Priority, engine_priority
+from app.engine.protocol import CacheHandle, Generation
+from app.engine.vllm_local import VLLMEngine
+from tests.engine_vllm.vllm_helpers import GREEDY, salt
+
+LIVE_TOKENS = 64
+
+
+class Steps:
+    """Which requests got tokens at each engine step (one output batch per step)."""
+
+    def __init__(self) -> None:
+        self.batches: list[set[str]] = []
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Event]] = []
+
+    def record(self, outputs: list[Any]) -> None:
+        got = {output.request_id for output in outputs if output.new_token_ids}
+        if got:
+            self.batches.append(got)
+        for condition, event in self._waiters:
+            if condition():
+                event.set()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        event = asyncio.Event()
+        self._waiters.append((condition, event))
+        if condition():
+            event.set()
+        await asyncio.wait_for(event.wait(), 120)
+
+    def seen(self, prefix: str) -> bool:
+        return any(request_id.startswith(prefix) for batch in self.batches for request_id in batch)
+
+
+@pytest.fixture
+def steps(batched_engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch) -> Steps:
+    processor = batched_engine._started().output_processor
+    process = processor.process_outputs
+    recorder = Steps()
+
+    def recording(outputs: list[Any], *args: Any, **kwargs: Any) -> Any:
+        recorder.record(outputs)
+        return process(outputs, *args, **kwargs)
+
+    monkeypatch.setattr(processor, "process_outputs", recording)
+    return recorder
+
+
+async def live_reply(engine: VLLMEngine, request_id: str, prompt: list[int], max_tokens: int = LIVE_TOKENS) -> Any:
+    """A live request at vLLM's level, long by construction (`ignore_eos`), at the live priority (0)."""
+    from vllm import SamplingParams
+    from vllm.inputs import tokens_input
+    from vllm.sampling_params import RequestOutputKind
+
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY
+    )
+    final = None
+    async for output in engine._started().generate(tokens_input(prompt, cache_salt=salt()), params, request_id):
+        final = output
+    return final
+
+
+async def urgent_reply(engine: VLLMEngine, handle: CacheHandle, monkeypatch: pytest.MonkeyPatch) -> Generation:
+    """`handle`'s reply at a forget's priority, added while vLLM is paused with the running requests kept."""
+    llm = engine._started()
+    added = asyncio.Event()
+    add = llm.engine_core.add_request_async
+
+    async def adding(request: object) -> None:
+        await add(request)
+        added.set()
+
+    async def forget_work() -> Generation:
+        with engine_priority(Priority.FORGET):
+            return await engine.generate(handle, GREEDY)
+
+    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
+    await llm.pause_generation(mode="keep", clear_cache=False)
+    try:
+        urgent = asyncio.create_task(forget_work())
+        await asyncio.wait_for(added.wait(), 60)
+    finally:
+        await llm.resume_generation()
+    return await asyncio.wait_for(urgent, 240)
+
+
+def question(engine: VLLMEngine, text: str) -> list[int]:
+    return [*engine.chat.render_block("user", text), *engine.chat.assistant_header()]
+
+
+async def test_live_requests_are_held_while_a_forget_runs_and_resume_after(
+    batched_engine: VLLMEngine, steps: Steps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = batched_engine
+    live = [
+        asyncio.create_task(live_reply(engine, f"held-{i}", question(engine, f"Tell me a story about {animal}.")))
+        for i, animal in enumerate(("a fox", "an owl", "a whale"))
+    ]
+    await steps.until(lambda: all(steps.seen(f"held-{i}") for i in range(3)))  # all three are decoding
+    before = len(steps.batches)
+    handle = await engine.open("urgent", salt=salt(), tokens=question(engine, "Name three colours."))
+    urgent = await urgent_reply(engine, handle, monkeypatch)
+    replies = await asyncio.wait_for(asyncio.gather(*live), 180)
+
+    after = steps.batches[before:]
+    urgent_steps = [batch for batch in after if any(not rid.startswith("held-") for rid in batch)]
+    # One token a step, the stop token (not in the reply) included.
+    assert len(urgent_steps) == len(urgent.token_ids) + (urgent.finish_reason == "stop")
+    assert all(all(not rid.startswith("held-") for rid in batch) for batch in urgent_steps), urgent_steps
+    # Held, not cut short or dropped: every live reply has all its tokens, and they decoded after the urgent one.
+    assert [len(reply.outputs[0].token_ids) for reply in replies] == [LIVE_TOKENS] * 3
+    last_urgent = max(i for i, batch in enumerate(after) if batch in urgent_steps)
+    assert any(rid.startswith("held-") for batch in after[last_urgent + 1 :] for rid in batch)
+
+
+async def test_a_hold_that_would_stall_gives_way_to_vllms_preemption(
+    batched_engine: VLLMEngine, steps: Steps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held requests keep their KV blocks. When they hold the blocks a more urgent request needs, holding them would
+    stall the engine (the urgent one waits for blocks nobody frees): the hold ends, vLLM schedules as it would have,
+    and every request finishes. Without the guard this test hangs until its timeout."""
+    engine = batched_engine
+    # The engine holds 45 blocks of 128 tokens (256 MiB, conftest.py): both live requests fit (2 x 16 blocks), and
+    # the urgent one (15 blocks) fits beside one of them, not both.
+    filler = " ".join(f"Box {i} holds {i * 7} apples." for i in range(300))
+    big = [question(engine, f"Which box is number {n}? {filler}")[:2000] for n in (1, 2)]
+    live = [asyncio.create_task(live_reply(engine, f"held-{i}", big[i], max_tokens=8)) for i in range(2)]
+    await steps.until(lambda: all(steps.seen(f"held-{i}") for i in range(2)))
+    handle = await engine.open("urgent-big", salt=salt(), tokens=question(engine, filler)[:1900])
+    urgent = await urgent_reply(engine, handle, monkeypatch)
+    replies = await asyncio.wait_for(asyncio.gather(*live), 240)
+    assert urgent.token_ids and [len(reply.outputs[0].token_ids) for reply in replies] == [8, 8]
+    # It could not start beside them: vLLM ran them to their end, then admitted it.
+    first_urgent = min(i for i, batch in enumerate(steps.batches) if any(not r.startswith("held-") for r in batch))
+    assert all(not r.startswith("held-") for batch in steps.batches[first_urgent:] for r in batch)
