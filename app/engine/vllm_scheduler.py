@@ -14,10 +14,15 @@ once no more urgent request is left. This is vLLM's own notion of a running requ
 short nor resampled: it is delayed by at most the urgent requests' time in the engine, which is the starvation bound
 issue 33 asks for (between two of a replay's requests, held requests run).
 
-One failure mode is guarded: if the held requests hold the KV blocks an urgent one needs, holding them would stall
-everything (the urgent request waits for blocks nobody frees). A step that held requests and scheduled nothing ends
-the hold until the urgent requests have left the engine, and vLLM's priority preemption takes over (it preempts the
-least urgent running request when a more urgent one cannot get blocks).
+Held requests keep their scheduler slots (`max_num_seqs`) and their blocks, which bounds what a hold can do:
+- every slot taken (more sessions than `max_num_seqs`): an urgent request cannot be admitted beside them, so nothing
+  is held until the first running request ends; vLLM's priority queue gives that slot to the urgent request, and the
+  others are held from then on. Preempting one instead would recompute its KV by a prefill, which is not bit-exact
+  for decode-filled blocks (docs/engines.md).
+- the held requests hold the KV blocks an urgent one needs: holding them would stall everything (the urgent request
+  waits for blocks nobody frees). A step that held requests and scheduled nothing ends the hold until the urgent
+  requests have left the engine, and vLLM schedules as it would have (its priority preemption takes the least urgent
+  running request when a more urgent running one cannot get blocks).
 
 It is used by the in-process engine (vllm_local.py). A fleet's workers can run it too (`vllm serve
 --scheduler-cls app.engine.vllm_scheduler.ForgetFirstScheduler`, with Lethe installed beside vLLM; README, "A vLLM
@@ -41,14 +46,13 @@ class HoldingScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hold_stalled = False  # a hold scheduled nothing: let vLLM's preemption free blocks instead
-        self.held_steps = 0  # steps that held at least one request (for tests and debugging)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         held_running, held_waiting = self._less_urgent()
         if not held_running and not held_waiting:
             self._hold_stalled = False
             return super().schedule(*args, **kwargs)
-        if self._hold_stalled:
+        if self._hold_stalled or self._urgent_has_no_slot(held_waiting):
             return super().schedule(*args, **kwargs)
         held_ids = {request.request_id for request in held_running}
         self.running = [request for request in self.running if request.request_id not in held_ids]
@@ -64,10 +68,16 @@ class HoldingScheduler(Scheduler):
             self.running.extend(held_running)
             for request in held_waiting:
                 self.waiting.add_request(request)
-        self.held_steps += 1
         if output.total_num_scheduled_tokens == 0:
             self._hold_stalled = True
         return output
+
+    def _urgent_has_no_slot(self, held_waiting: list[Request]) -> bool:
+        """An urgent request waits and every slot is taken. Holding the running ones would not admit it (held
+        requests keep their slots), so they run on until one ends and frees a slot, which vLLM's priority queue
+        gives the urgent request; the hold starts at that step."""
+        urgent_waiting = len(self.waiting) > len(held_waiting)
+        return urgent_waiting and len(self.running) >= min(self.max_num_running_reqs, self.max_num_active_reqs)
 
     def _less_urgent(self) -> tuple[list[Request], list[Request]]:
         """The running and waiting requests less urgent than the most urgent one (vLLM: lower values first)."""

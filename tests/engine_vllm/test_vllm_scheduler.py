@@ -31,7 +31,8 @@ class Steps:
         self._waiters: list[tuple[Callable[[], bool], asyncio.Event]] = []
 
     def record(self, outputs: list[Any]) -> None:
-        got = {output.request_id for output in outputs if output.new_token_ids}
+        # vLLM's internal id is the caller's plus "-" and 8 random hex digits: the caller's is what the tests name.
+        got = {output.request_id.rsplit("-", 1)[0] for output in outputs if output.new_token_ids}
         if got:
             self.batches.append(got)
         for condition, event in self._waiters:
@@ -45,8 +46,8 @@ class Steps:
             event.set()
         await asyncio.wait_for(event.wait(), 120)
 
-    def seen(self, prefix: str) -> bool:
-        return any(request_id.startswith(prefix) for batch in self.batches for request_id in batch)
+    def seen(self, request_id: str) -> bool:
+        return any(request_id in batch for batch in self.batches)
 
 
 @pytest.fixture
@@ -131,6 +132,36 @@ async def test_live_requests_are_held_while_a_forget_runs_and_resume_after(
     assert any(rid.startswith("held-") for batch in after[last_urgent + 1 :] for rid in batch)
 
 
+async def test_with_every_slot_taken_a_forget_takes_the_first_free_one_and_then_runs_alone(
+    batched_engine: VLLMEngine, steps: Steps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 live requests fill vLLM's 16 slots (`max_num_seqs`); held requests keep theirs, so the forget's request
+    waits for the first live one to end (they end one after another: 8, 10, 12, ... tokens), takes its slot ahead of
+    any other waiting request, and from then on decodes alone while the 15 others are held."""
+    engine = batched_engine
+    slots = engine._started().vllm_config.scheduler_config.max_num_seqs
+    lengths = [8 + 2 * i for i in range(slots)]
+    live = [
+        asyncio.create_task(live_reply(engine, f"held-{i}", question(engine, f"Count to {i + 3}."), lengths[i]))
+        for i in range(slots)
+    ]
+    await steps.until(lambda: all(steps.seen(f"held-{i}") for i in range(slots)))
+    before = len(steps.batches)
+    handle = await engine.open("urgent-full", salt=salt(), tokens=question(engine, "Name three colours."))
+    urgent = await urgent_reply(engine, handle, monkeypatch)
+    replies = await asyncio.wait_for(asyncio.gather(*live), 180)
+
+    assert [len(reply.outputs[0].token_ids) for reply in replies] == lengths
+    after = steps.batches[before:]
+    urgent_at = [i for i, batch in enumerate(after) if any(not rid.startswith("held-") for rid in batch)]
+    assert len(urgent_at) == len(urgent.token_ids) + (urgent.finish_reason == "stop")
+    assert all(after[i] == {rid for rid in after[i] if not rid.startswith("held-")} for i in urgent_at)
+    # It started once the shortest live reply had ended, not before: a slot was what it waited for.
+    first_to_end = min(max(i for i, batch in enumerate(steps.batches) if f"held-{n}" in batch) for n in range(slots))
+    assert before + urgent_at[0] > first_to_end
+    assert any(rid.startswith("held-") for batch in after[urgent_at[-1] + 1 :] for rid in batch)  # the rest resumed
+
+
 async def test_a_hold_that_would_stall_gives_way_to_vllms_preemption(
     batched_engine: VLLMEngine, steps: Steps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,6 +179,3 @@ async def test_a_hold_that_would_stall_gives_way_to_vllms_preemption(
     urgent = await urgent_reply(engine, handle, monkeypatch)
     replies = await asyncio.wait_for(asyncio.gather(*live), 240)
     assert urgent.token_ids and [len(reply.outputs[0].token_ids) for reply in replies] == [8, 8]
-    # It could not start beside them: vLLM ran them to their end, then admitted it.
-    first_urgent = min(i for i, batch in enumerate(steps.batches) if any(not r.startswith("held-") for r in batch))
-    assert all(not r.startswith("held-") for batch in steps.batches[first_urgent:] for r in batch)
