@@ -27,14 +27,14 @@ from tests.engine_vllm.vllm_helpers import (
 )
 from tests.support import MODEL_CACHE
 
-KV_CACHE_BYTES = 256 << 20  # ~5,800 float32 tokens of SmolLM2 blocks: small enough to evict on purpose
+KV_CACHE_BYTES = 128 << 20  # ~2,900 float32 tokens (22 blocks) of SmolLM2: small enough to evict on purpose
 MODES = {"greedy": GREEDY, "sampled": sampled(transition_seed(7, 3))}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine() -> AsyncIterator[VLLMEngine]:
     # One sequence at a time: the concurrency test below claims bit-exactness, which batching would not give.
-    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=4096, kv_cache_bytes=KV_CACHE_BYTES, max_num_seqs=1)
+    vllm = VLLMEngine(None, MODEL_CACHE, max_model_len=2048, kv_cache_bytes=KV_CACHE_BYTES, max_num_seqs=1)
     await vllm.start()
     yield vllm
     await vllm.close()
@@ -318,7 +318,7 @@ async def test_cache_misses_are_detected_after_eviction(engine: VLLMEngine) -> N
     await engine.prefill(handle, facts(chat))
     await engine.generate(handle, GREEDY)
     misses = engine.cache_misses
-    filler = facts(chat, 300)[:3500]  # two of these overflow the 256 MiB of blocks and push the LRU ones out
+    filler = facts(chat, 300)[:1600]  # two of these (26 blocks) overflow the 22 blocks and push the LRU ones out
     for _ in range(2):
         await engine.warm(await engine.open("filler", salt=salt(), tokens=filler))
     await engine.prefill(handle, user_turn(chat, "Still there?"))
