@@ -175,14 +175,13 @@ async def _serve_engine(settings: Settings, socket_path: Path) -> None:
     from app.engine.process.server import EngineServer
 
     engine = build_engine(settings)
-    model_dir: list[Path] = []
-    server = EngineServer(engine, MiniLMEmbedder(), model_dir=lambda: model_dir[0])
+    server = EngineServer(engine, MiniLMEmbedder())
 
     async def load() -> None:
         try:
             await engine.start()
             resolved = await asyncio.to_thread(resolve_model, settings.model, settings.resolved_model_cache_dir)
-            model_dir.append(resolved.path)
+            server.model_dir = resolved.path  # last: a worker's hello says "ready" from here on
             log.info("engine process ready", extra={"engine": engine.name, "model": engine.model_id})
         except Exception as exc:  # reported to the workers by hello; they answer 503 and keep serving the rest
             server.error = f"{type(exc).__name__}: {exc}"

@@ -45,7 +45,7 @@ class Served:
 
     def _new(self) -> EngineServer:
         path = resolve_model(None, MODEL_CACHE).path
-        return EngineServer(self.engine, MiniLMEmbedder(), model_dir=lambda: path)
+        return EngineServer(self.engine, MiniLMEmbedder(), model_dir=path)
 
     async def start(self) -> None:
         self.listening = await self.server.serve(self.socket_path)
@@ -86,6 +86,29 @@ async def test_hello_describes_the_engine(client: EngineClient, engine: HFEngine
     assert client.max_context_tokens == engine.max_context_tokens
     text = "I live at 12 Rue Cler, Paris."
     assert client.chat.render_block("user", text) == engine.chat.render_block("user", text)
+
+
+async def test_a_worker_asking_between_the_engines_start_and_the_end_of_the_load_hears_loading(
+    engine: HFEngine, tmp_path: Path
+) -> None:
+    """The engine process is ready when its whole load is done: the engine started *and* the model directory (the
+    workers' tokenizer) resolved. A hello in between once raised (the directory was read before it was known), and the
+    worker that asked kept answering 503 for the rest of its life (seen in a run of tests/mcp/test_mcp_workers.py)."""
+    server = EngineServer(engine, MiniLMEmbedder())  # as the engine process builds it, before its load
+    listening = await server.serve(tmp_path / "engine.sock")
+    worker = EngineClient(tmp_path / "engine.sock", name="hf", model_id="?")
+    try:
+        assert engine.ready
+        await worker.refresh()
+        assert not worker.ready and worker.name == "hf"  # "loading", not an error: the worker asks again
+        server.model_dir = resolve_model(None, MODEL_CACHE).path  # what the load does last
+        await asyncio.wait_for(worker.start(), 30)
+        assert worker.ready and worker.chat.render_block("user", "Hi") == engine.chat.render_block("user", "Hi")
+    finally:
+        await worker.close()
+        listening.close()
+        server.disconnect_all()
+        await listening.wait_closed()
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, sampled(11)], ids=["greedy", "seeded"])

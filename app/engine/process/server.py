@@ -47,10 +47,12 @@ class _Held:
 
 
 class EngineServer:
-    def __init__(self, engine: KVEngine, embedder: Embedder, *, model_dir: Callable[[], Path]) -> None:
+    def __init__(self, engine: KVEngine, embedder: Embedder, *, model_dir: Path | None = None) -> None:
         self.engine = engine
         self.embedder = embedder
-        self._model_dir = model_dir  # where the workers load the tokenizer from, once the engine started
+        # Where the workers load the tokenizer from: None until the engine process has resolved it, after the engine
+        # started (the loader sets it last).
+        self.model_dir = model_dir
         self.error: str | None = None  # why the engine failed to start
         self._handles: OrderedDict[int, _Held] = OrderedDict()
         self._by_key: dict[str, int] = {}
@@ -172,11 +174,14 @@ class EngineServer:
     # -- operations -------------------------------------------------------------------------------------------------
 
     async def _hello(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        engine, ready = self.engine, self.engine.ready and self.error is None
+        # Ready once the whole load is done, not when the engine alone is: a hello between the engine's start and the
+        # model directory's resolution must say "loading" (a worker retries), not fail.
+        engine, model_dir = self.engine, self.model_dir
+        ready = engine.ready and self.error is None and model_dir is not None
         return {
             "name": engine.name, "model_id": engine.model_id, "ready": ready, "error": self.error,
             "exactness": engine.exactness if ready else None, "records_chunks": engine.records_chunks,
-            "max_context_tokens": engine.max_context_tokens, "model_dir": str(self._model_dir()) if ready else None,
+            "max_context_tokens": engine.max_context_tokens, "model_dir": str(model_dir) if ready else None,
         }
 
     async def _attach(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
