@@ -27,7 +27,7 @@ Held requests keep their scheduler slots (`max_num_seqs`) and their blocks, whic
 It is used by the in-process engine (vllm_local.py). A fleet's workers can run it too (`vllm serve
 --scheduler-cls app.engine.vllm_scheduler.ForgetFirstScheduler`, with Lethe installed beside vLLM; README, "A vLLM
 fleet"). vLLM calls its scheduler interface unstable: this class touches `running`, `waiting` and the two slot caps,
-and tests/engine_vllm/test_vllm_forget_salt.py checks the behaviour on the installed vLLM.
+and tests/engine_vllm/test_vllm_scheduler.py checks the behaviour on the installed vLLM.
 """
 
 from __future__ import annotations
