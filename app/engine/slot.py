@@ -25,9 +25,12 @@ class EngineSlot:
 
     async def available(self) -> bool:
         """`ready`, after asking an engine that lives elsewhere (the engine process) to look again if it was not:
-        a request that needs the model is turned away only when the engine really cannot serve it."""
+        a request that needs the model is turned away only when the engine really cannot serve it. It asks even while
+        this process's own start is still polling: under several HTTP workers, /readyz answered by one worker lets
+        clients in at once, and a sibling between two polls must not answer 503 for an engine that is up (a CI run
+        of tests/mcp/test_mcp_workers.py did)."""
         refresh = getattr(self.engine, "refresh", None)
-        if not self.ready and self.error is None and self.task is not None and self.task.done() and refresh:
+        if not self.ready and self.error is None and refresh is not None:
             await refresh()
         return self.ready
 

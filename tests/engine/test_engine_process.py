@@ -28,6 +28,7 @@ from app.engine.process.adapters import EngineProcessCaches
 from app.engine.process.client import EngineClient
 from app.engine.process.server import EngineServer
 from app.engine.protocol import Sampling
+from app.engine.slot import EngineSlot
 from app.errors import EngineUnavailable
 from tests.engine.engine_helpers import GREEDY, conversation, sampled
 from tests.support import MODEL_CACHE
@@ -105,6 +106,31 @@ async def test_a_worker_asking_between_the_engines_start_and_the_end_of_the_load
         await asyncio.wait_for(worker.start(), 30)
         assert worker.ready and worker.chat.render_block("user", "Hi") == engine.chat.render_block("user", "Hi")
     finally:
+        await worker.close()
+        listening.close()
+        server.disconnect_all()
+        await listening.wait_closed()
+
+
+async def test_a_worker_still_polling_for_the_engine_serves_once_it_is_up(engine: HFEngine, tmp_path: Path) -> None:
+    """Under several HTTP workers a client is let in by whichever worker answered /readyz; a sibling whose own start
+    is still between two polls must serve too, not answer 503 for an engine process that is up (a CI run of
+    tests/mcp/test_mcp_workers.py got "the model is not loaded yet" from the second worker)."""
+    server = EngineServer(engine, MiniLMEmbedder())  # loading: the model directory is not known yet
+    listening = await server.serve(tmp_path / "engine.sock")
+    worker = EngineClient(tmp_path / "engine.sock", name="hf", model_id="?")
+    slot = EngineSlot(worker)
+    slot.task = asyncio.create_task(slot.load())
+    try:
+        assert not await slot.available()  # "loading"
+        server.model_dir = resolve_model(None, MODEL_CACHE).path  # the load ends while the start loop polls
+        assert not slot.task.done()
+        assert await slot.available()  # asked at once, not at the start loop's next poll
+        await asyncio.wait_for(slot.task, 30)
+        assert slot.ready and slot.error is None
+    finally:
+        slot.task.cancel()
+        await asyncio.gather(slot.task, return_exceptions=True)
         await worker.close()
         listening.close()
         server.disconnect_all()

@@ -73,6 +73,7 @@ class EngineClient:
         self._epochs = itertools.count(1)
         self._ids = itertools.count(1)
         self._connecting = asyncio.Lock()
+        self._refreshing = asyncio.Lock()  # start(), the keeper and requests ask at once; one hello and load at a time
         self._keeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -123,6 +124,11 @@ class EngineClient:
         never turns work away that the engine process could do)."""
         if self.ready or self._closed:
             return
+        async with self._refreshing:
+            if not self.ready and not self._closed:
+                await self._ask_hello()
+
+    async def _ask_hello(self) -> None:
         with contextlib.suppress(EngineUnavailable, OSError):
             await self._connected()
             hello = await self._call("hello", {})
