@@ -1,7 +1,8 @@
 """Many sessions generating at once against a real `lethe serve`, per engine, beside raw vLLM (issue 14).
 
     python -m bench.sessions_bench [--engines hf,vllm] [--sessions 1,4,8,16] [--turns 2] [--max-tokens 64]
-        [--sequential 4,8] [--pool 64] [--forget-beside 8] [--no-raw] [--json PATH] [--server-env KEY=VALUE ...]
+        [--sequential 4,8] [--pool 64] [--forget-beside 8 [--forget-repeats 5]] [--no-raw] [--json PATH]
+        [--server-env KEY=VALUE ...]
 
 Per engine (one `lethe serve` each, in turn, from bench.serve) and N in `--sessions`: N fresh sessions (one system
 prompt, greedy, `--max-tokens`) run `--turns` turns of one user message each, all N at once over one httpx
@@ -11,10 +12,11 @@ peak RSS and the load generator's own CPU seconds (getrusage). `--sequential`: t
 (gain = all at once / sequential). `--pool 64`: 64 sessions at once, `--pool-max-tokens`, default database pool.
 `--forget-beside 8`: a forget (selective_replay of a user message, waited for) on an idle server (after a first one
 that pays the server's one-time costs), then on a twin session while 8 others generate until it ends; their turns
-must all succeed. Those turns are streamed, so the bench also shows whether live replies progress while the forget
-runs: streamed deltas inside the forget's window and the longest stretch without one, beside the same counts in as
-long a window just after it (the in-process vllm engine hands a reply's tokens over when it ends, so there the
-deltas count finished replies).
+must all succeed. `--forget-repeats K`: K such idle/beside pairs in alternation, figures as medians (one pair on a
+shared machine is noise: the same command gave 1.18x, 1.33x and 1.68x for vllm). Those turns are streamed, so the
+bench also shows whether live replies progress while the forget runs: streamed deltas inside the forget's window and
+the longest stretch without one, beside the same counts in as long a window just after it (the in-process vllm
+engine hands a reply's tokens over when it ends, so there the deltas count finished replies).
 
 Raw vLLM runs last, in this process, once every server's processes are gone: the installed model loaded as
 app/engine/vllm_local.py loads it (float32, eager, the same KV bytes, prefix caching, `max_num_seqs` = the largest N),
@@ -221,8 +223,12 @@ async def measure(server: LetheServer, row: Row, timeout_s: float) -> Row:
     return row
 
 
-async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: int, timeout_s: float) -> dict[str, Any]:
-    """The same forget on an idle server and beside `n` sessions generating turns until it ends."""
+async def forget_beside(
+    server: LetheServer, engine: str, n: int, max_tokens: int, timeout_s: float, repeats: int = 1
+) -> dict[str, Any]:
+    """The same forget on an idle server and beside `n` sessions generating turns until it ends, `repeats` times in
+    alternation (idle, beside, idle, beside...): one pair is at the mercy of a shared machine's noise, the median of
+    the pairs' ratios much less."""
     messages = [CLEAN[0], TARGET, CLEAN[1]]
     headers = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -232,7 +238,7 @@ async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: in
 
     def build() -> list[tuple[str, str]]:
         with httpx.Client(base_url=server.url, headers=headers, timeout=timeout_s) as sync:
-            return [build_session(sync, messages, sampling(max_tokens)) for _ in range(3)]
+            return [build_session(sync, messages, sampling(max_tokens)) for _ in range(1 + 2 * repeats)]
 
     def counterfactual() -> list[Any]:
         """The session that never saw the target: its transition 2 is empty, as the forget leaves it."""
@@ -249,48 +255,61 @@ async def forget_beside(server: LetheServer, engine: str, n: int, max_tokens: in
         with httpx.Client(base_url=server.url, headers=headers, timeout=timeout_s) as sync:
             return shape(sync, session_id)
 
-    (_, warm_target), (idle_session, idle_target), (busy_session, busy_target) = await asyncio.to_thread(build)
+    (_, warm_target), *pairs = await asyncio.to_thread(build)
     # The server's first forget pays one-time costs (first use of the forget path's code and statements): not the idle
     # figure the others are compared with.
     _, first_s = await asyncio.to_thread(forget_one, warm_target)
-    idle_job, idle_s = await asyncio.to_thread(forget_one, idle_target)
     row = Row(engine, "beside-forget", n, 0, max_tokens)
-    done = asyncio.Event()
+    rounds: list[dict[str, Any]] = []
     async with client(server.url, n + 1, timeout_s) as c:
         ids = await create(c, n, max_tokens)
-
-        stamps: list[float] = []
-
-        async def generate(session_id: str) -> None:
-            await streamed_turn(c, session_id, row, stamps)
-            while not done.is_set():
-                await streamed_turn(c, session_id, row, stamps)
-
-        offset = server.log.stat().st_size
         start = time.perf_counter()
-        tasks = [asyncio.create_task(generate(s)) for s in ids]
-        await asyncio.sleep(1.0)  # the sessions' first turns are in flight
-        try:
-            forget_start = time.perf_counter()
-            busy_job, busy_s = await asyncio.to_thread(forget_one, busy_target)
-            forget_end = time.perf_counter()
-            await asyncio.sleep(busy_s)  # as long a window after it, the sessions still generating
-            live = progress_during(stamps, forget_start, forget_end)
-            after = progress_during(stamps, forget_end, forget_end + busy_s)
-        finally:
-            done.set()
-            await asyncio.gather(*tasks)
+        offset = server.log.stat().st_size
+        for (idle_session, idle_target), (busy_session, busy_target) in zip(pairs[0::2], pairs[1::2], strict=True):
+            idle_job, idle_s = await asyncio.to_thread(forget_one, idle_target)
+            done = asyncio.Event()
+            stamps: list[float] = []
+
+            async def generate(session_id: str, done: asyncio.Event = done, stamps: list[float] = stamps) -> None:
+                await streamed_turn(c, session_id, row, stamps)
+                while not done.is_set():
+                    await streamed_turn(c, session_id, row, stamps)
+
+            tasks = [asyncio.create_task(generate(s)) for s in ids]
+            await asyncio.sleep(1.0)  # the sessions' first turns are in flight
+            try:
+                forget_start = time.perf_counter()
+                busy_job, busy_s = await asyncio.to_thread(forget_one, busy_target)
+                forget_end = time.perf_counter()
+                await asyncio.sleep(busy_s)  # as long a window after it, the sessions still generating
+            finally:
+                done.set()
+                await asyncio.gather(*tasks)
+            rounds.append({
+                "idle_session": idle_session, "busy_session": busy_session,
+                "idle_s": idle_s, "busy_s": busy_s, "busy_over_idle": busy_s / idle_s,
+                "idle_duration_ms": idle_job.get("duration_ms"), "busy_duration_ms": busy_job.get("duration_ms"),
+                "live_during_forget": progress_during(stamps, forget_start, forget_end),
+                "live_after_forget": progress_during(stamps, forget_end, forget_end + busy_s),
+            })
         row.wall_s = time.perf_counter() - start
         row.turns = row.sent
     scan_log(server, offset, row)
     reference = await asyncio.to_thread(counterfactual)
+    for r in rounds:
+        r["idle_equal"] = await asyncio.to_thread(shape_of, r.pop("idle_session")) == reference
+        r["busy_equal"] = await asyncio.to_thread(shape_of, r.pop("busy_session")) == reference
+    typical = sorted(rounds, key=lambda r: r["busy_over_idle"])[len(rounds) // 2]  # the median ratio's round
+    ratios = sorted(r["busy_over_idle"] for r in rounds)
     return {
-        "idle_equal": await asyncio.to_thread(shape_of, idle_session) == reference,
-        "busy_equal": await asyncio.to_thread(shape_of, busy_session) == reference,
-        "first_s": first_s, "idle_s": idle_s, "busy_s": busy_s, "busy_over_idle": busy_s / idle_s,
-        "idle_duration_ms": idle_job.get("duration_ms"), "busy_duration_ms": busy_job.get("duration_ms"),
+        "rounds": rounds, "first_s": first_s,
+        "idle_s": statistics.median(r["idle_s"] for r in rounds),
+        "busy_s": statistics.median(r["busy_s"] for r in rounds),
+        "busy_over_idle": statistics.median(ratios), "ratios": ratios,
+        "idle_equal": all(r["idle_equal"] for r in rounds), "busy_equal": all(r["busy_equal"] for r in rounds),
         "beside": row.summary(), "beside_all_ok": row.ok == row.sent and row.sent > 0,
-        "live_during_forget": live, "live_after_forget": after,
+        "idle_duration_ms": typical["idle_duration_ms"], "busy_duration_ms": typical["busy_duration_ms"],
+        "live_during_forget": typical["live_during_forget"], "live_after_forget": typical["live_after_forget"],
     }
 
 
@@ -304,7 +323,9 @@ async def run_engine(server: LetheServer, engine: str, args: argparse.Namespace)
     result: dict[str, Any] = {"engine": engine, "startup_s": server.startup_s, "rows": [r.summary() for r in rows]}
     if args.forget_beside:
         try:
-            result["forget"] = await forget_beside(server, engine, args.forget_beside, args.max_tokens, t)
+            result["forget"] = await forget_beside(
+                server, engine, args.forget_beside, args.max_tokens, t, args.forget_repeats
+            )
         except (JobFailed, RuntimeError, httpx.HTTPError) as exc:
             result["forget"] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
     return result
@@ -419,14 +440,18 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             lines.append(f"- {result['engine']} forget beside sessions FAILED: {f['error'][:300]}")
         elif f:
             b = f["beside"]
+            many = len(f.get("rounds", [])) > 1
+            ratios = ", ".join(f"{x:.2f}" for x in f.get("ratios", []))
             lines.append(
                 f"- {result['engine']} forget: idle {f['idle_s']:.2f} s (job {f['idle_duration_ms']} ms; the server's "
                 f"first forget, not compared: {f['first_s']:.2f} s), beside "
                 f"{b['sessions']} generating sessions {f['busy_s']:.2f} s (job {f['busy_duration_ms']} ms), "
-                f"{f['busy_over_idle']:.2f} x idle; their turns {b['ok']}/{b['sent']} ok, {b['server_5xx']} 5xx, "
+                f"{f['busy_over_idle']:.2f} x idle"
+                + (f" (medians of {len(f['rounds'])} alternating pairs; the pairs' ratios: {ratios})" if many else "")
+                + f"; their turns {b['ok']}/{b['sent']} ok, {b['server_5xx']} 5xx, "
                 f"{len(b['transport_errors'])} transport errors: "
                 f"{'all succeeded' if f['beside_all_ok'] else 'FAILED'}; "
-                f"forgotten session equal to the counterfactual: idle {f['idle_equal']}, beside {f['busy_equal']}"
+                f"forgotten sessions equal to the counterfactual: idle {f['idle_equal']}, beside {f['busy_equal']}"
             )
             during, after = f["live_during_forget"], f["live_after_forget"]
             lines.append(
@@ -451,6 +476,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=0, help="also this many sessions at once, one turn each")
     parser.add_argument("--pool-max-tokens", type=int, default=8)
     parser.add_argument("--forget-beside", type=int, default=0, help="time a forget beside this many sessions")
+    parser.add_argument("--forget-repeats", type=int, default=1,
+                        help="idle/beside forget pairs, in alternation (the figures are their medians)")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM phase")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per HTTP request or forget job")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
