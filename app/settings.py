@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         description="Tokens per KV block of the in-process vLLM engine (unset: vLLM's, 128 on CPU; CPU takes "
         "multiples of 32): the granularity of prefix reuse, which every request pays once.",
     )
+    vllm_live_step_tokens: int = Field(
+        default=256, ge=0, le=1 << 20,
+        description="Tokens a step of the in-process vLLM engine may schedule while only live turns are in it (0: "
+        "vLLM's own budget): live prefills are chunked so a forget's request waits at most one short step.",
+    )
     vllm_remote_exactness: Literal["batched", "unbatched", "batch-invariant"] = Field(
         default="batched",
         description="What the vllm-remote fleet guarantees: unbatched (--max-num-seqs 1), batch-invariant "

@@ -23,6 +23,7 @@ def build_engine(settings: Settings) -> KVEngine:
             kv_cache_bytes=settings.vllm_kv_cache_bytes,
             max_num_seqs=settings.vllm_max_num_seqs,
             block_size=settings.vllm_block_size,
+            live_step_tokens=settings.vllm_live_step_tokens,
         )
     if settings.engine == EngineKind.VLLM_REMOTE:
         from app.engine.vllm_remote import VLLMRemoteEngine

@@ -14,6 +14,10 @@ from app.engine.sampling import find_stop
 
 _SEED_SPACE = 1 << 63  # vLLM (and its HTTP API) take a signed 64-bit seed
 
+# The entry of vLLM's `additional_config` (`--additional-config` of `vllm serve`) that vllm_scheduler.py reads: the
+# most tokens a step may schedule while only live work is in the engine.
+LIVE_STEP_TOKENS_KEY = "lethe_live_step_tokens"
+
 
 def cache_salt(salt: str | None) -> str | None:
     """The vLLM `cache_salt` for a handle's salt (per session in the runtime: runtime/salts.py): a fixed-length digest.

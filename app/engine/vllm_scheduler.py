@@ -24,10 +24,22 @@ Held requests keep their scheduler slots (`max_num_seqs`) and their blocks, whic
   requests have left the engine, and vLLM schedules as it would have (its priority preemption takes the least urgent
   running request when a more urgent running one cannot get blocks).
 
+A hold acts between steps, never inside one: an urgent request that arrives while a step runs waits for that step to
+end. A live step can be long: eight sessions starting their turns prefill together (862 tokens in one step took 1.3 s
+on 2 cores, against 1.4 s for a whole forget on an idle engine), and that wait was what made a forget beside live
+traffic slow (issue 33). So while only live work is in the engine, a step schedules at most `lethe_live_step_tokens`
+tokens (vLLM's `additional_config`; `LETHE_VLLM_LIVE_STEP_TOKENS`): live prefills are chunked, which vLLM's chunked
+prefill does anyway for long prompts, and an urgent request waits at most one such step. A step with urgent work in
+the engine keeps vLLM's full budget. Chunking does not change a bit of what a prefill computes (docs/engines.md,
+"Exactness", row 2; tests/engine_vllm/test_vllm_scheduler.py compares a chunked live prefill with one urgent step),
+so a replay, which runs unchunked, still equals the counterfactual that live turns built chunk by chunk. Without
+chunked prefill (vLLM disables it for some models) nothing is capped: a request larger than the cap could never run.
+
 It is used by the in-process engine (vllm_local.py). A fleet's workers can run it too (`vllm serve
 --scheduler-cls app.engine.vllm_scheduler.ForgetFirstScheduler`, with Lethe installed beside vLLM; README, "A vLLM
-fleet"). vLLM calls its scheduler interface unstable: this class touches `running`, `waiting` and the two slot caps,
-and tests/engine_vllm/test_vllm_scheduler.py checks the behaviour on the installed vLLM.
+fleet"; `--additional-config '{"lethe_live_step_tokens": 256}'` for the cap). vLLM calls its scheduler interface
+unstable: this class touches `running`, `waiting`, the two slot caps and the step's token budget
+(`max_num_scheduled_tokens`), and tests/engine_vllm/test_vllm_scheduler.py checks the behaviour on the installed vLLM.
 """
 
 from __future__ import annotations
@@ -39,6 +51,9 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from app.engine.priority import Priority
+from app.engine.vllm_common import LIVE_STEP_TOKENS_KEY
+
 
 class HoldingScheduler(Scheduler):
     """vLLM's synchronous scheduler with the hold (the CPU backend's)."""
@@ -46,11 +61,17 @@ class HoldingScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hold_stalled = False  # a hold scheduled nothing: let vLLM's preemption free blocks instead
+        self._live_step_tokens = live_step_tokens(self.vllm_config)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        held_running, held_waiting = self._less_urgent()
+        most_urgent = self._most_urgent()
+        if most_urgent is None:
+            return super().schedule(*args, **kwargs)
+        held_running, held_waiting = self._less_urgent(most_urgent)
         if not held_running and not held_waiting:
             self._hold_stalled = False
+            if most_urgent >= Priority.LIVE.vllm and self._live_step_tokens:
+                return self._short_step(self._live_step_tokens, *args, **kwargs)
             return super().schedule(*args, **kwargs)
         if self._hold_stalled or self._urgent_has_no_slot(held_waiting):
             return super().schedule(*args, **kwargs)
@@ -79,17 +100,41 @@ class HoldingScheduler(Scheduler):
         urgent_waiting = len(self.waiting) > len(held_waiting)
         return urgent_waiting and len(self.running) >= min(self.max_num_running_reqs, self.max_num_active_reqs)
 
-    def _less_urgent(self) -> tuple[list[Request], list[Request]]:
-        """The running and waiting requests less urgent than the most urgent one (vLLM: lower values first)."""
+    def _short_step(self, budget: int, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        """vLLM's step with at most `budget` tokens scheduled: the decodes first, then prefill chunks in what is left
+        (vLLM's own order)."""
+        full = self.max_num_scheduled_tokens
+        self.max_num_scheduled_tokens = min(full, budget)
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            self.max_num_scheduled_tokens = full
+
+    def _most_urgent(self) -> int | None:
+        """The most urgent priority in the engine (vLLM: lower values first), None when it is empty."""
         priorities = [request.priority for request in self.running]
         priorities.extend(request.priority for request in self.waiting)
-        if not priorities:
-            return [], []
-        most_urgent = min(priorities)
+        return min(priorities, default=None)
+
+    def _less_urgent(self, most_urgent: int) -> tuple[list[Request], list[Request]]:
+        """The running and waiting requests less urgent than the most urgent one."""
         return (
             [request for request in self.running if request.priority > most_urgent],
             [request for request in self.waiting if request.priority > most_urgent],
         )
+
+
+def live_step_tokens(vllm_config: Any) -> int:
+    """The token budget of a step that only live work shares (0: vLLM's own budget), from vLLM's
+    `additional_config`; never below the decodes a full batch needs (one token per slot), and 0 where vLLM does not
+    chunk prefills (a request larger than the budget could then never be scheduled)."""
+    extra = vllm_config.additional_config
+    value = extra.get(LIVE_STEP_TOKENS_KEY) if isinstance(extra, dict) else None
+    if value is None or not vllm_config.scheduler_config.enable_chunked_prefill:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{LIVE_STEP_TOKENS_KEY} must be a whole number of tokens >= 0, not {value!r}")
+    return max(value, vllm_config.scheduler_config.max_num_seqs) if value else 0
 
 
 class HoldingAsyncScheduler(HoldingScheduler, AsyncScheduler):

@@ -37,14 +37,17 @@ def test_vllm_batches_by_default_and_takes_its_settings_from_the_environment(
     assert isinstance(engine, VLLMEngine) and engine.exactness == "batched"
     assert engine._options["max_num_seqs"] == 16 and engine._options["dtype"] == "float32"
     assert engine._options["kv_cache_memory_bytes"] == 1 << 30 and "block_size" not in engine._options
+    assert engine._options["additional_config"] == {"lethe_live_step_tokens": 256}
     monkeypatch.setenv("LETHE_VLLM_MAX_NUM_SEQS", "1")
     monkeypatch.setenv("LETHE_VLLM_DTYPE", "bfloat16")
     monkeypatch.setenv("LETHE_VLLM_KV_CACHE_BYTES", str(256 << 20))
     monkeypatch.setenv("LETHE_VLLM_BLOCK_SIZE", "32")
+    monkeypatch.setenv("LETHE_VLLM_LIVE_STEP_TOKENS", "0")
     unbatched = build_engine(settings(tmp_path, EngineKind.VLLM))
     assert isinstance(unbatched, VLLMEngine) and unbatched.exactness == "unbatched"
     assert unbatched._options["dtype"] == "bfloat16" and unbatched._options["kv_cache_memory_bytes"] == 256 << 20
     assert unbatched._options["block_size"] == 32
+    assert unbatched._options["additional_config"] == {"lethe_live_step_tokens": 0}  # vLLM's own step budget
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")  # what the operator asks; start() confirms it on the platform
     assert build_engine(settings(tmp_path, EngineKind.VLLM)).exactness == "batch-invariant"
     monkeypatch.setenv("LETHE_VLLM_MAX_NUM_SEQS", "0")

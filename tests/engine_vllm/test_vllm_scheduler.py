@@ -179,3 +179,89 @@ async def test_a_hold_that_would_stall_gives_way_to_vllms_preemption(
     urgent = await urgent_reply(engine, handle, monkeypatch)
     replies = await asyncio.wait_for(asyncio.gather(*live), 240)
     assert urgent.token_ids and [len(reply.outputs[0].token_ids) for reply in replies] == [8, 8]
+
+
+def long_question(engine: VLLMEngine, boxes: int = 120) -> list[int]:
+    """A fresh question of ~1,300 tokens (120 boxes): six steps of prefill at the live step budget (256 tokens)."""
+    listing = " ".join(f"Box {i} holds {i * 7} apples." for i in range(boxes))
+    return question(engine, f"{listing} Which box holds 21 apples?")
+
+
+async def added_while_paused(engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch, work: Any) -> asyncio.Task[Any]:
+    """Starts `work` (a coroutine making one request) while vLLM is paused with its running requests kept, and
+    resumes vLLM once its engine core has the request: every step after that is one the request could be in."""
+    llm = engine._started()
+    added = asyncio.Event()
+    add = llm.engine_core.add_request_async
+
+    async def adding(request: object) -> None:
+        await add(request)
+        added.set()
+
+    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
+    await llm.pause_generation(mode="keep", clear_cache=False)
+    try:
+        task = asyncio.create_task(work)
+        await asyncio.wait_for(added.wait(), 60)
+    finally:
+        await llm.resume_generation()
+        monkeypatch.setattr(llm.engine_core, "add_request_async", add)
+    return task
+
+
+async def test_while_only_live_work_runs_a_long_prefill_is_cut_into_short_steps(
+    batched_engine: VLLMEngine, steps: Steps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget's request arriving while a step runs waits for that step: the steps of live work alone carry at most
+    `lethe_live_step_tokens` tokens (256 by default), so a live prefill of ~1,300 tokens takes six steps, and a live
+    reply decoding beside it gets a token in each, where one step of vLLM's full budget would have taken it all."""
+    engine = batched_engine
+    assert engine._started().vllm_config.additional_config == {"lethe_live_step_tokens": 256}
+    beside = asyncio.create_task(live_reply(engine, "beside", question(engine, "Tell me a story about a fox."), 200))
+    await steps.until(lambda: steps.seen("beside"))
+    prompt = long_question(engine)
+    assert len(prompt) > 3 * 256
+    before = len(steps.batches)
+    long = await added_while_paused(engine, monkeypatch, live_reply(engine, "long", prompt, max_tokens=4))
+    await steps.until(lambda: steps.seen("long"))
+    during = steps.batches[before:]
+    first = next(i for i, batch in enumerate(during) if "long" in batch)
+    # Each step before its first token computed a chunk of its prompt beside one decode of the other reply.
+    assert first >= len(prompt) // 256 - 1, during[: first + 1]
+    assert all(batch == {"beside"} for batch in during[:first])
+    assert len((await asyncio.wait_for(long, 120)).outputs[0].token_ids) == 4
+    assert len((await asyncio.wait_for(beside, 180)).outputs[0].token_ids) == 200
+
+
+async def test_a_prefill_cut_into_live_steps_computes_the_bits_of_one_urgent_step(batched_engine: VLLMEngine) -> None:
+    """A replay runs at a forget's priority, in steps of vLLM's full budget, and must equal the counterfactual that
+    live turns built in short steps: the same long prompt, each time under a fresh salt (nothing cached), sampled
+    once as live work (in chunks) and once as a forget's (one step), gives the same tokens and bit-equal logprobs."""
+    engine = batched_engine
+    prompt = long_question(engine, boxes=110)
+    live = await engine.open("chunked", salt=salt(), tokens=list(prompt))
+    urgent = await engine.open("whole", salt=salt(), tokens=list(prompt))
+    chunked_tokens, chunked_logprobs = await engine.sample_logprobs(live, GREEDY)
+    with engine_priority(Priority.FORGET):
+        whole_tokens, whole_logprobs = await engine.sample_logprobs(urgent, GREEDY)
+    assert chunked_tokens == whole_tokens
+    assert chunked_logprobs == whole_logprobs  # float for float
+
+
+def test_the_live_step_budget_is_read_from_vllms_additional_config() -> None:
+    from types import SimpleNamespace
+
+    from app.engine.vllm_scheduler import live_step_tokens
+
+    def config(extra: object, *, chunked: bool = True, seqs: int = 16) -> Any:
+        scheduler = SimpleNamespace(enable_chunked_prefill=chunked, max_num_seqs=seqs)
+        return SimpleNamespace(additional_config=extra, scheduler_config=scheduler)
+
+    assert live_step_tokens(config({"lethe_live_step_tokens": 256})) == 256
+    assert live_step_tokens(config({})) == 0  # not configured: vLLM's own budget
+    assert live_step_tokens(config({"lethe_live_step_tokens": 0})) == 0
+    assert live_step_tokens(config({"lethe_live_step_tokens": 4}, seqs=16)) == 16  # a full batch's decodes fit
+    assert live_step_tokens(config({"lethe_live_step_tokens": 256}, chunked=False)) == 0  # could never schedule
+    for bad in (-1, "256", 2.5, True):
+        with pytest.raises(ValueError, match="lethe_live_step_tokens"):
+            live_step_tokens(config({"lethe_live_step_tokens": bad}))
