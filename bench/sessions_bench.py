@@ -1,8 +1,8 @@
 """Many sessions generating at once against a real `lethe serve`, per engine, beside raw vLLM (issue 14).
 
     python -m bench.sessions_bench [--engines hf,vllm] [--sessions 1,4,8,16] [--turns 2] [--max-tokens 64]
-        [--sequential 4,8] [--pool 64] [--forget-beside 8 [--forget-repeats 5]] [--no-raw] [--json PATH]
-        [--server-env KEY=VALUE ...]
+        [--sequential 4,8] [--pool 64] [--forget-beside 8 [--forget-repeats 5]] [--live-words 300] [--no-raw]
+        [--json PATH] [--server-env KEY=VALUE ...]
 
 Per engine (one `lethe serve` each, in turn, from bench.serve) and N in `--sessions`: N fresh sessions (one system
 prompt, greedy, `--max-tokens`) run `--turns` turns of one user message each, all N at once over one httpx
@@ -16,7 +16,10 @@ must all succeed. `--forget-repeats K`: K such idle/beside pairs in alternation,
 shared machine is noise: the same command gave 1.18x, 1.33x and 1.68x for vllm). Those turns are streamed, so the
 bench also shows whether live replies progress while the forget runs: streamed deltas inside the forget's window and
 the longest stretch without one, beside the same counts in as long a window just after it (the in-process vllm
-engine hands a reply's tokens over when it ends, so there the deltas count finished replies).
+engine hands a reply's tokens over when it ends, so there the deltas count finished replies). `--live-words W`: every
+live turn's message starts with W words of a pasted document (an agent's tool output), so live turns prefill more.
+An engine may carry settings of its own, `--engines vllm+LETHE_VLLM_LIVE_STEP_TOKENS=0,vllm`: two servers in turn,
+their rows named so, to compare two configurations in one run.
 
 Raw vLLM runs last, in this process, once every server's processes are gone: the installed model loaded as
 app/engine/vllm_local.py loads it (float32, eager, the same KV bytes, prefix caching, `max_num_seqs` = the largest N),
@@ -133,10 +136,18 @@ async def create(c: httpx.AsyncClient, n: int, max_tokens: int) -> list[str]:
     return ids
 
 
-async def turn(c: httpx.AsyncClient, session_id: str, row: Row) -> None:
+def live_prompt(words: int) -> str:
+    """The live turns' message: PROMPT, after `words` words of a document the user pastes (an agent's tool output)."""
+    if not words:
+        return PROMPT
+    document = " ".join(f"Line {i}: the harbour log notes wind, tide and {i % 7 + 2} boats." for i in range(words))
+    return " ".join(document.split()[:words]) + "\n\n" + PROMPT
+
+
+async def turn(c: httpx.AsyncClient, session_id: str, row: Row, prompt: str = PROMPT) -> None:
     start = time.perf_counter()
     try:
-        r = await c.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [{"type": "user", "content": PROMPT}]})
+        r = await c.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [{"type": "user", "content": prompt}]})
     except httpx.TransportError as exc:  # a timeout included
         row.transport_errors.append(f"{session_id}: {type(exc).__name__} {exc}"[:300])
         return
@@ -150,10 +161,12 @@ async def turn(c: httpx.AsyncClient, session_id: str, row: Row) -> None:
         row.server_5xx += r.status_code >= 500
 
 
-async def streamed_turn(c: httpx.AsyncClient, session_id: str, row: Row, stamps: list[float]) -> None:
+async def streamed_turn(
+    c: httpx.AsyncClient, session_id: str, row: Row, stamps: list[float], prompt: str = PROMPT
+) -> None:
     """`turn`, streamed: the arrival time of each `delta` event goes to `stamps` (live progress beside a forget)."""
     start = time.perf_counter()
-    body = {"inputs": [{"type": "user", "content": PROMPT}], "stream": True}
+    body = {"inputs": [{"type": "user", "content": prompt}], "stream": True}
     name, final, failed = "", None, None
     try:
         async with c.stream("POST", f"/v1/sessions/{session_id}/turns", json=body) as r:
@@ -198,14 +211,14 @@ def scan_log(server: LetheServer, offset: int, row: Row) -> None:
     row.log_errors += sum('"level": "error"' in line or "Traceback" in line for line in lines)
 
 
-async def measure(server: LetheServer, row: Row, timeout_s: float) -> Row:
+async def measure(server: LetheServer, row: Row, timeout_s: float, prompt: str = PROMPT) -> Row:
     """`row.sessions` fresh sessions run `row.turns` turns each: all at once, or one turn after another."""
     async with client(server.url, row.sessions + 1, timeout_s) as c:
         ids = await create(c, row.sessions, row.max_tokens)
 
         async def session(session_id: str) -> None:
             for _ in range(row.turns):
-                await turn(c, session_id, row)
+                await turn(c, session_id, row, prompt)
 
         offset = server.log.stat().st_size
         cpu = cpu_self()
@@ -224,7 +237,8 @@ async def measure(server: LetheServer, row: Row, timeout_s: float) -> Row:
 
 
 async def forget_beside(
-    server: LetheServer, engine: str, n: int, max_tokens: int, timeout_s: float, repeats: int = 1
+    server: LetheServer, engine: str, n: int, max_tokens: int, timeout_s: float, repeats: int = 1,
+    prompt: str = PROMPT,
 ) -> dict[str, Any]:
     """The same forget on an idle server and beside `n` sessions generating turns until it ends, `repeats` times in
     alternation (idle, beside, idle, beside...): one pair is at the mercy of a shared machine's noise, the median of
@@ -271,9 +285,9 @@ async def forget_beside(
             stamps: list[float] = []
 
             async def generate(session_id: str, done: asyncio.Event = done, stamps: list[float] = stamps) -> None:
-                await streamed_turn(c, session_id, row, stamps)
+                await streamed_turn(c, session_id, row, stamps, prompt)
                 while not done.is_set():
-                    await streamed_turn(c, session_id, row, stamps)
+                    await streamed_turn(c, session_id, row, stamps, prompt)
 
             tasks = [asyncio.create_task(generate(s)) for s in ids]
             await asyncio.sleep(1.0)  # the sessions' first turns are in flight
@@ -314,17 +328,17 @@ async def forget_beside(
 
 
 async def run_engine(server: LetheServer, engine: str, args: argparse.Namespace) -> dict[str, Any]:
-    t = args.timeout
+    t, prompt = args.timeout, live_prompt(args.live_words)
     await measure(server, Row(engine, "warmup", 1, 1, args.max_tokens), t)  # first-turn costs, not reported
     plan = [("concurrent", n) for n in args.sessions] + [("sequential", n) for n in args.sequential]
-    rows = [await measure(server, Row(engine, mode, n, args.turns, args.max_tokens), t) for mode, n in plan]
+    rows = [await measure(server, Row(engine, mode, n, args.turns, args.max_tokens), t, prompt) for mode, n in plan]
     if args.pool:
         rows.append(await measure(server, Row(engine, "pool", args.pool, 1, args.pool_max_tokens), t))
     result: dict[str, Any] = {"engine": engine, "startup_s": server.startup_s, "rows": [r.summary() for r in rows]}
     if args.forget_beside:
         try:
             result["forget"] = await forget_beside(
-                server, engine, args.forget_beside, args.max_tokens, t, args.forget_repeats
+                server, engine, args.forget_beside, args.max_tokens, t, args.forget_repeats, prompt
             )
         except (JobFailed, RuntimeError, httpx.HTTPError) as exc:
             result["forget"] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
@@ -332,12 +346,15 @@ async def run_engine(server: LetheServer, engine: str, args: argparse.Namespace)
 
 
 def serve_engine(engine: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One server on `engine`, measured, stopped; then waits for its process tree (a vLLM engine core) to be gone."""
+    """One server on `engine`, measured, stopped; then waits for its process tree (a vLLM engine core) to be gone.
+    `engine` is a kind (hf, vllm) or a kind with settings of its own, `vllm+LETHE_VLLM_LIVE_STEP_TOKENS=0`: its rows
+    carry that whole name, so two configurations of one engine compare in one run."""
     available = psutil.virtual_memory().available / GIB
-    env = dict(kv.split("=", 1) for kv in args.server_env)
+    kind, *own = engine.split("+")
+    env = dict(kv.split("=", 1) for kv in [*args.server_env, *own])
     tree: list[psutil.Process] = []
     try:
-        with serving(ready_s=args.ready_timeout, LETHE_ENGINE=engine, LETHE_BOOTSTRAP_API_KEY=API_KEY, **env) as server:
+        with serving(ready_s=args.ready_timeout, LETHE_ENGINE=kind, LETHE_BOOTSTRAP_API_KEY=API_KEY, **env) as server:
             root = psutil.Process(server.proc.pid)
             tree = [root, *root.children(recursive=True)]
             result = asyncio.run(run_engine(server, engine, args))
@@ -468,7 +485,8 @@ def ints(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", default="hf,vllm", help="comma-separated, one server each in turn: hf,vllm")
+    parser.add_argument("--engines", default="hf,vllm",
+                        help="comma-separated, one server each in turn: hf,vllm; vllm+KEY=VALUE adds a setting")
     parser.add_argument("--sessions", type=ints, default=[1, 4, 8, 16], help="N sessions at once, comma-separated")
     parser.add_argument("--turns", type=int, default=2, help="turns per session")
     parser.add_argument("--max-tokens", type=int, default=64, help="reply cap per turn (greedy)")
@@ -478,6 +496,8 @@ def main() -> None:
     parser.add_argument("--forget-beside", type=int, default=0, help="time a forget beside this many sessions")
     parser.add_argument("--forget-repeats", type=int, default=1,
                         help="idle/beside forget pairs, in alternation (the figures are their medians)")
+    parser.add_argument("--live-words", type=int, default=0,
+                        help="the live turns' messages carry this many words of a pasted document first")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM phase")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per HTTP request or forget job")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
@@ -485,10 +505,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if any(e not in ("hf", "vllm") for e in engines) or any("=" not in kv for kv in args.server_env):
-        parser.error("engines are hf and vllm; --server-env takes KEY=VALUE")
+    kinds, own = [e.split("+")[0] for e in engines], [kv for e in engines for kv in e.split("+")[1:]]
+    if any(k not in ("hf", "vllm") for k in kinds) or any("=" not in kv for kv in args.server_env + own):
+        parser.error("engines are hf and vllm (vllm+KEY=VALUE adds a setting); --server-env takes KEY=VALUE")
     results = [serve_engine(engine, args) for engine in engines]
-    if "vllm" in engines and not args.no_raw:
+    if "vllm" in kinds and not args.no_raw:
         if any(r.get("leftover_pids") for r in results):
             results.append({"engine": "raw-vllm", "rows": [], "error": "a server's processes outlived it: skipped"})
         else:

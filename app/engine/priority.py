@@ -13,9 +13,9 @@ The priority travels with the work, not through parameters: the forget executor 
 engine-process client sends it with every operation so the engine process runs the operation at the same priority. A
 context variable is inherited by the tasks the work starts and invisible to every other session's task.
 
-Waits: an engine that queues work itself (hf) reports how long each call waited for the engine, queued behind other
-work or paused for more urgent work, into the meter the caller opened (`measure_wait`); the forget executor observes
-a session's total (lethe_forget_engine_wait_seconds). vLLM's queue is its own and reports nothing here.
+Waits: an engine reports how long each call waited for it into the meter the caller opened (`measure_wait`): hf,
+queued behind other work or paused for more urgent work; in-process vLLM, in vLLM's waiting queue (vllm_stats.py); a
+fleet reports nothing. The forget executor observes a session's total (lethe_forget_engine_wait_seconds).
 """
 
 from __future__ import annotations

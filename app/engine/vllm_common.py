@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from app.engine.protocol import ChatTemplate, Generation, Sampling, TokenUsage
 from app.engine.sampling import find_stop
@@ -76,3 +76,13 @@ def to_generation(
         finish_reason=finish,
         usage=TokenUsage(reused=usage.reused, prefilled=usage.prefilled, decoded=len(sampled)),
     )
+
+
+def queue_wait(output: Any) -> float | None:
+    """Seconds a finished in-process request waited in vLLM's queue before the step that first scheduled it (the
+    engine core's timestamps, kept by vllm_stats.py); None where vLLM kept none."""
+    stats = getattr(output, "metrics", None)
+    queued, scheduled = getattr(stats, "queued_ts", 0.0), getattr(stats, "scheduled_ts", 0.0)
+    if not queued or not scheduled:
+        return None
+    return max(0.0, float(scheduled) - float(queued))

@@ -18,11 +18,9 @@ Why deferring is still exact (protocol.py): a replay crops to a transition's end
 its request carries the counterfactual's log; the full blocks it finds cached were computed by the same decodes or
 by prefills, and vLLM's prefill gives the same bits however a log is split across requests (docs/engines.md, row 2).
 
-docs/engines.md has the measured exactness findings; the ones that shape the defaults here: requests batched
-together change the float bits of each other's logits (and, in bfloat16, seeded samples), so the engine runs in
-float32 unless told otherwise; it batches up to 16 sequences (`max_num_seqs`, `LETHE_VLLM_MAX_NUM_SEQS`) for
-throughput, and `exactness` says what that costs a replay ("batched"; "unbatched" with `max_num_seqs=1`;
-"batch-invariant" under `VLLM_BATCH_INVARIANT=1` on a GPU). What it shares with the remote engine is in vllm_common.py.
+The defaults come from docs/engines.md's measurements: batching changes the float bits of logits (in bfloat16 also
+seeded samples), so float32; 16 sequences batched for throughput, and `exactness` says what that costs a replay.
+What it shares with the remote engine is in vllm_common.py; a request's wait for the engine comes from vllm_stats.py.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from typing import Any
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import model_id_for, resolve_model
-from app.engine.priority import current_priority
+from app.engine.priority import current_priority, note_wait
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.tokens import common_prefix
@@ -47,6 +45,7 @@ from app.engine.vllm_common import (
     batch_invariant_requested,
     cache_salt,
     check_ids,
+    queue_wait,
     to_generation,
     vllm_seed,
 )
@@ -178,13 +177,8 @@ class VLLMEngine:
             self.model_id = resolved.model_id
             self._llm = llm
             log.info(
-                "vllm engine ready: %s from %s in %.1f s (%s, block %d tokens, context %d)",
-                self.model_id,
-                resolved.path,
-                time.perf_counter() - started,
-                llm.model_config.dtype,
-                self.block_size,
-                self._max_len,
+                "vllm engine ready: %s from %s in %.1f s (%s, block %d tokens, context %d)", self.model_id,
+                resolved.path, time.perf_counter() - started, llm.model_config.dtype, self.block_size, self._max_len,
             )
 
     def _build(self, path: Path) -> Any:
@@ -193,14 +187,16 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from app.engine.vllm_stats import QuietStats
+
         args = AsyncEngineArgs(
             model=str(path),
             enable_prefix_caching=True,
-            disable_log_stats=True,
+            disable_log_stats=True,  # no stat logs; QuietStats keeps each request's queue timestamps (vllm_stats.py)
             seed=0,  # only requests without a seed use the engine's generator; ours always carry one
             **self._options,
         )
-        return AsyncLLM.from_engine_args(args)
+        return AsyncLLM.from_engine_args(args, stat_loggers=[QuietStats])
 
     async def close(self) -> None:
         async with self._start_lock:
@@ -390,6 +386,8 @@ class VLLMEngine:
             final = output
         if final is None or not final.finished:
             raise RuntimeError(f"vllm request {request_id} ended without a result")
+        if (waited := queue_wait(final)) is not None:
+            note_wait(waited)  # into the caller's meter: a forget's lethe_forget_engine_wait_seconds
         return final
 
 

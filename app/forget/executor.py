@@ -134,7 +134,7 @@ class ForgetExecutor:
                 level = Priority(job.priority)
                 with engine_priority(level), measure_wait() as waited:
                     change = await strategy.apply(work, policy.forget)
-                if waited.calls:  # an engine that measures its queue (hf)
+                if waited.calls:  # an engine that measures its queue (hf, in-process vllm; a fleet does not)
                     self.metrics.forget_engine_wait.labels(priority=level.label).observe(waited.seconds)
                 async with lease.commit() as (tx, locked):
                     entry = await swap_in(tx, locked, found, change, policy.forget)

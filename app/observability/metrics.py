@@ -70,7 +70,8 @@ class Metrics:
         self.forget_engine_wait = Histogram(
             "lethe_forget_engine_wait_seconds",
             "Time a forgotten session's engine work waited for the engine (queued behind other work, or paused for "
-            "more urgent work), by the job's priority (forget, detector); measured by the hf engine's queue.",
+            "more urgent work), by the job's priority (forget, detector); measured by the hf engine's queue and in "
+            "vLLM's (in-process), not on a fleet.",
             ["priority"], registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )

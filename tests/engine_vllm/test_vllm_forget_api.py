@@ -107,6 +107,8 @@ def test_no_request_reaches_the_forgotten_blocks_through_the_api(server: Served)
         receipt = forget(tenant, target)["sessions"][0]
         assert receipt["transitions_replayed"] == 2 and receipt["tokens"]["reused"] > 0
         assert receipt["exactness"] == "batched"  # vLLM batches by default: the receipt says so
+        metrics = tenant.get("/metrics").text  # the replay's wait in vLLM's queue, and none of vLLM's own metrics
+        assert 'lethe_forget_engine_wait_seconds_count{priority="forget"} 1.0' in metrics and "vllm:" not in metrics
         probe = new_session(tenant)
         turn(tenant, probe, T1)
         probe_a = turn(tenant, probe, SECRET)["usage"]["reused_tokens"]

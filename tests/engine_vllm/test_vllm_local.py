@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from app.engine.priority import Priority, engine_priority
+from app.engine.priority import EngineWait, Priority, engine_priority, measure_wait
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
@@ -308,6 +308,47 @@ async def test_a_forget_s_request_is_scheduled_before_a_live_one_queued_earlier(
     await asyncio.wait_for(asyncio.gather(*tasks), 120)
     assert sent == [0, -1]
     assert finished == ["forget", "live"]
+
+
+async def test_a_request_reports_its_wait_and_vllm_registers_no_metrics(
+    engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget's engine wait on vLLM is the time its request spent in vLLM's queue (app/engine/vllm_stats.py): added
+    while vLLM is paused, it waits at least as long as the pause lasts once the engine core has it. The core queued it
+    before it answers `is_paused` (one input socket, in order), and the pause then lasts `held_for` more (a delay
+    the test makes, not a race it waits for): the measured wait cannot be shorter. vLLM keeps those timestamps only
+    with stats on, and the stats must not bring vLLM's Prometheus metrics into the process."""
+    from prometheus_client import REGISTRY
+
+    llm = engine._started()
+    added = asyncio.Event()
+    add = llm.engine_core.add_request_async
+
+    async def adding(request: object) -> None:
+        await add(request)
+        added.set()
+
+    async def forget_work(handle: CacheHandle) -> EngineWait:
+        with engine_priority(Priority.FORGET), measure_wait() as waited:
+            await engine.generate(handle, GREEDY)
+        return waited
+
+    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
+    handle = await engine.open("waits", salt=salt(), tokens=[*engine.chat.render_block("user", "Hi."),
+                                                             *engine.chat.assistant_header()])
+    await llm.pause_generation(mode="keep", clear_cache=False)
+    try:
+        task = asyncio.create_task(forget_work(handle))
+        await asyncio.wait_for(added.wait(), 60)
+        assert await llm.is_paused()
+        held_from = time.monotonic()
+        await asyncio.sleep(0.3)
+        held_for = time.monotonic() - held_from
+    finally:
+        await llm.resume_generation()
+    waited = await asyncio.wait_for(task, 120)
+    assert waited.calls == 1 and waited.seconds >= held_for, (waited, held_for)
+    assert not [metric.name for metric in REGISTRY.collect() if metric.name.startswith("vllm")]
 
 
 async def test_cache_misses_are_detected_after_eviction(engine: VLLMEngine) -> None:
