@@ -15,9 +15,17 @@ generator, stop watch) is its own. Two rules keep it so:
   lands in the middle of the reply it crops;
 - the engine pins a paused generation's cache, so no other call's memory budget evicts it meanwhile (hf.py).
 
-No starvation: a live reply waits only while more urgent work is queued, so it is delayed at most by the replays that
-run beside it (a replay is bounded: its transitions), and a forget waits at most one step of the call running when
-it arrived (one decode step, or one prefill, which is never split: its chunking is part of the exact recipe).
+A replay is a sequence of calls (open, crop, prefill, generate...) with a little of the caller's work between two of
+them, under a millisecond when traced. A worker that picked the next queued call in that gap handed the engine to a
+live prefill, which is never split, so a replay beside 8 sessions starting long turns paid one live prefill per call
+(a forget took 4.4x its idle time; README, Performance). So after a call finishes, calls less urgent than it wait up
+to `linger_s` (50 ms) for its caller's next call before the worker runs them: the engine idles at most that long
+when the replay is done, and a replay's calls run back to back.
+
+No starvation: a live reply waits only while more urgent work is queued (or, for at most `linger_s`, just after it),
+so it is delayed at most by the replays that run beside it (a replay is bounded: its transitions), and a forget waits
+at most one step of the call running when it arrived (one decode step, or one prefill, which is never split: its
+chunking is part of the exact recipe).
 
 Each call reports how long it waited (queued, or paused) in `Work.waited_s`.
 """
@@ -54,13 +62,19 @@ class Work(Generic[T]):
     pauses: int = 0
 
 
+LINGER_S = 0.05  # how long less urgent calls wait for the next call of the caller whose call just finished
+
+
 class PriorityWorker:
     """One thread serving `Work` by priority (higher first), pausing calls in steps for more urgent ones."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, linger_s: float = LINGER_S) -> None:
         self._name = name
+        self._linger_s = linger_s
         self._cond = threading.Condition()
         self._queue: list[Work[Any]] = []
+        # (priority, until): calls below that priority wait until then (the module docstring's linger).
+        self._linger: tuple[int, float] = (0, 0.0)
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -73,7 +87,8 @@ class PriorityWorker:
         return self._submit(Work(priority, next(self._seq), key, context, steps=steps))
 
     def shutdown(self) -> None:
-        """Serve what is queued, then stop the thread; later submissions are refused."""
+        """Serve what is queued (without lingering: no caller can make a next call), then stop the thread; later
+        submissions are refused."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -103,11 +118,9 @@ class PriorityWorker:
     def _serve(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
+                work = self._next()
+                if work is None:
                     return  # closed, and everything queued was served
-                work = self._pick()
                 self._queue.remove(work)
             if not work.started:
                 if not work.future.set_running_or_notify_cancel():
@@ -117,6 +130,26 @@ class PriorityWorker:
                 work.started = True
             work.waited_s += time.monotonic() - work.queued_at
             self._advance(work)
+
+    def _next(self) -> Work[Any] | None:
+        """The call to run next, once no linger holds it back; None when closed with nothing queued."""
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return None
+                self._cond.wait()
+                continue
+            level, until = self._linger
+            left = until - time.monotonic()
+            if left > 0 and not self._closed and min(self._queue, key=_urgency).priority < level:
+                self._cond.wait(left)  # woken early by a submission, which may be the caller's next call
+                continue
+            return self._pick()
+
+    def _finished(self, work: Work[Any]) -> None:
+        """`work` ended: less urgent calls now wait a little for its caller's next call (module docstring)."""
+        with self._cond:
+            self._linger = (work.priority, time.monotonic() + self._linger_s)
 
     def _advance(self, work: Work[Any]) -> None:
         """Run `work` until it ends, or until more urgent work waits between two of its steps (then requeue it)."""
@@ -129,6 +162,7 @@ class PriorityWorker:
                 work.future.set_exception(exc)
             else:
                 work.future.set_result(result)
+            self._finished(work)
             return
         while True:
             try:
@@ -136,9 +170,11 @@ class PriorityWorker:
                     work.steps.send(None)
             except StopIteration as done:
                 work.future.set_result(done.value)
+                self._finished(work)
                 return
             except BaseException as exc:  # the caller gets it, as from an executor
                 work.future.set_exception(exc)
+                self._finished(work)
                 return
             with self._cond:
                 if self._more_urgent_than(work):

@@ -156,6 +156,46 @@ def test_each_step_runs_inside_the_context_and_none_spans_a_pause(worker: Priori
     assert seen == [1]  # only its own context: the paused call's was exited at the pause
 
 
+def test_after_an_urgent_call_less_urgent_ones_wait_for_its_callers_next_call() -> None:
+    """A replay makes a call, computes a little, makes the next: a live call queued meanwhile must not take the engine
+    in that gap. The forget's second call is submitted only after its first has finished and a live call is queued,
+    as a replay's next call arrives; the worker lingers long enough here (BOUND_S) that the order cannot depend on
+    how fast this thread is. Shutting down ends the linger, so the live call then runs at once."""
+    worker = PriorityWorker("test-hf", linger_s=BOUND_S)
+    order: list[str] = []
+
+    def first_forget_call() -> None:
+        order.append("forget 1")
+        assert worker.wait_queued(LIVE, BOUND_S)  # the live call is queued before this call ends
+
+    first = worker.submit_call(first_forget_call, priority=FORGET, key="s", context=plain)
+    live = worker.submit_call(lambda: order.append("live"), priority=LIVE, key="t", context=plain)
+    first.future.result(BOUND_S)
+    second = worker.submit_call(lambda: order.append("forget 2"), priority=FORGET, key="s", context=plain)
+    worker.shutdown()
+    second.future.result(BOUND_S)
+    live.future.result(BOUND_S)
+    assert order == ["forget 1", "forget 2", "live"]
+
+
+def test_the_linger_is_short_and_a_call_at_the_same_priority_never_waits(worker: PriorityWorker) -> None:
+    """With the default linger a live call runs once it is over, no further urgent call needed; and calls at the
+    priority of the call that finished (or above) are never held back by it."""
+    order: list[str] = []
+
+    def forget_call() -> None:
+        order.append("forget")
+        assert worker.wait_queued(LIVE, BOUND_S)
+
+    forget = worker.submit_call(forget_call, priority=FORGET, key="s", context=plain)
+    live = worker.submit_call(lambda: order.append("live"), priority=LIVE, key="t", context=plain)
+    forget.future.result(BOUND_S)
+    live.future.result(BOUND_S)  # no second forget call came: the linger ended by itself
+    after = worker.submit_call(lambda: order.append("live again"), priority=LIVE, key="t", context=plain)
+    after.future.result(BOUND_S)  # a live call right after a live one: the same priority, no linger
+    assert order == ["forget", "live", "live again"]
+
+
 def test_a_shut_down_worker_serves_what_was_queued_and_refuses_more() -> None:
     worker = PriorityWorker("test-hf")
     release = blocker(worker)
