@@ -19,6 +19,7 @@ from app.runtime.transition import Synced, advance
 from tests.engine_vllm.vllm_helpers import (
     BLOCK,
     GREEDY,
+    added_while_paused,
     facts,
     max_abs_diff,
     salt,
@@ -315,39 +316,30 @@ async def test_a_request_reports_its_wait_and_vllm_registers_no_metrics(
 ) -> None:
     """A forget's engine wait on vLLM is the time its request spent in vLLM's queue (app/engine/vllm_stats.py): added
     while vLLM is paused, it waits at least as long as the pause lasts once the engine core has it. The core queued it
-    before it answers `is_paused` (one input socket, in order), and the pause then lasts `held_for` more (a delay
+    before it answers `is_paused` (one input socket, in order), and the pause then lasts 0.3 s more (`hold`: a delay
     the test makes, not a race it waits for): the measured wait cannot be shorter. vLLM keeps those timestamps only
     with stats on, and the stats must not bring vLLM's Prometheus metrics into the process."""
     from prometheus_client import REGISTRY
 
     llm = engine._started()
-    added = asyncio.Event()
-    add = llm.engine_core.add_request_async
-
-    async def adding(request: object) -> None:
-        await add(request)
-        added.set()
+    held: list[float] = []
 
     async def forget_work(handle: CacheHandle) -> EngineWait:
         with engine_priority(Priority.FORGET), measure_wait() as waited:
             await engine.generate(handle, GREEDY)
         return waited
 
-    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
-    handle = await engine.open("waits", salt=salt(), tokens=[*engine.chat.render_block("user", "Hi."),
-                                                             *engine.chat.assistant_header()])
-    await llm.pause_generation(mode="keep", clear_cache=False)
-    try:
-        task = asyncio.create_task(forget_work(handle))
-        await asyncio.wait_for(added.wait(), 60)
-        assert await llm.is_paused()
+    async def hold() -> None:
+        assert await llm.is_paused()  # answered after the engine core queued the request
         held_from = time.monotonic()
         await asyncio.sleep(0.3)
-        held_for = time.monotonic() - held_from
-    finally:
-        await llm.resume_generation()
+        held.append(time.monotonic() - held_from)
+
+    tokens = [*engine.chat.render_block("user", "Hi."), *engine.chat.assistant_header()]
+    handle = await engine.open("waits", salt=salt(), tokens=tokens)
+    task = await added_while_paused(engine, monkeypatch, forget_work(handle), hold)
     waited = await asyncio.wait_for(task, 120)
-    assert waited.calls == 1 and waited.seconds >= held_for, (waited, held_for)
+    assert waited.calls == 1 and waited.seconds >= held[0], (waited, held)
     assert not [metric.name for metric in REGISTRY.collect() if metric.name.startswith("vllm")]
 
 

