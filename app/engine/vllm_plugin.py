@@ -59,5 +59,8 @@ def register() -> None:
 
 def _discarded(runner: Any) -> list[int]:
     """Batch rows whose sampled token this step throws away (a partial prefill) and that have a generator."""
+    generators = runner.input_batch.generators
+    if not generators:  # every step of greedy traffic: nothing to look up
+        return []
     rows = runner.discard_request_mask.np[: runner.input_batch.num_reqs]
-    return [int(index) for index in rows.nonzero()[0] if int(index) in runner.input_batch.generators]
+    return [int(index) for index in rows.nonzero()[0] if int(index) in generators]

@@ -31,8 +31,9 @@ traffic slow (issue 33). So while only live work is in the engine, a step schedu
 tokens (vLLM's `additional_config`; `LETHE_VLLM_LIVE_STEP_TOKENS`): live prefills are chunked, which vLLM's chunked
 prefill does anyway for long prompts, and an urgent request waits at most one such step. A step with urgent work in
 the engine keeps vLLM's full budget. Chunking does not change a bit of what a prefill computes (docs/engines.md,
-"Exactness", row 2; tests/engine_vllm/test_vllm_scheduler.py compares a chunked live prefill with one urgent step),
-so a replay, which runs unchunked, still equals the counterfactual that live turns built chunk by chunk. Without
+"Exactness", row 2; for seeded sampling with vllm_plugin.py's generator restore; tests/engine_vllm/
+test_vllm_scheduler.py compares a chunked live prefill with one urgent step, greedy and seeded), so a replay, which
+runs on the full budget, still equals the counterfactual that live turns built chunk by chunk. Without
 chunked prefill (vLLM disables it for some models) nothing is capped: a request larger than the cap could never run.
 
 It is used by the in-process engine (vllm_local.py). A fleet's workers can run it too (`vllm serve
