@@ -75,8 +75,8 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 @cli.command()
 def migrate() -> None:
     """Apply database migrations up to the newest (also done at `lethe serve` start)."""
+    from app.db.database import resolve_database_url
     from app.db.migrate import upgrade_to_head_async
-    from app.db.session import resolve_database_url
 
     settings = settings_from_env()
 
@@ -88,8 +88,8 @@ def migrate() -> None:
 
 
 def _with_tenants(settings: Settings, action: Callable[..., Awaitable[T]]) -> T:
+    from app.db.database import Database, resolve_database_url
     from app.db.migrate import upgrade_to_head_async
-    from app.db.session import Database, resolve_database_url
     from app.tenants.service import TenantService
 
     async def run() -> T:

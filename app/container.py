@@ -1,13 +1,13 @@
 """The composition root: everything a running app owns, built once by the lifespan (app/main.py), closed by it too.
-Nothing is built at import time or per request; routers reach the services through `app/api/deps.py`."""
+Nothing is built at import time or per request; routers reach the services through `app/web/deps.py`."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
+from app.db.database import Database
 from app.db.notifications import JobEvents
-from app.db.session import Database
 from app.embeddings import Embedder, MiniLMEmbedder
 from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot

@@ -13,27 +13,31 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api.middleware import ObservabilityMiddleware
-from app.api.openapi import install_exact_parameters
-from app.api.problems import install_problem_handlers, problem_doc
-from app.api.routers import forget, health, memory, sessions, webhooks
 from app.console import routes as console
 from app.container import Container
+from app.db.database import Database, resolve_database_url
 from app.db.migrate import upgrade_to_head_async
-from app.db.session import Database, resolve_database_url
 from app.embeddings import Embedder, MiniLMEmbedder
 from app.engine.fleet import ObservedFleet
 from app.engine.model_store import model_id_for
-from app.engine.process.adapters import EngineProcessCaches, EngineProcessEmbedder
 from app.engine.process.client import EngineClient
+from app.engine.process.proxies import EngineProcessCaches, EngineProcessEmbedder
 from app.engine.protocol import KVEngine
 from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
+from app.forget import endpoints as forget
+from app.health import endpoints as health
 from app.mcp.mount import McpMount
+from app.memory import endpoints as memory
 from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
+from app.sessions import endpoints as sessions
 from app.settings import Settings
 from app.tenants.service import TenantService
+from app.web.middleware import ObservabilityMiddleware
+from app.web.openapi import install_exact_parameters
+from app.web.problems import install_problem_handlers, problem_doc
+from app.webhooks import endpoints as webhooks
 
 log = logging.getLogger(__name__)
 

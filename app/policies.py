@@ -4,8 +4,8 @@ A session's `context_policy` names one; `POLICIES.of(session)` resolves it once 
 after that uses the object:
 
 - `provenance` (runtime/provenance.py): which artifacts a model output depends on, stored as edges;
-- `turns` (runtime/full_turns.py, runtime/retrieval_turns.py): what a reply's context is and how the engine computes
-  it, for every transition the one transition function runs (runtime/step.py);
+- `turns` (runtime/policies/full.py, runtime/policies/retrieval.py): what a reply's context is and how the engine
+  computes it, for every transition the one transition function runs (runtime/transition.py);
 - `forget` (forget/per_policy.py): how a forget is carried out in such a session, for every strategy.
 
 `full`: the whole prefix is the context, held by the engine's cache. `retrieval` (DeLLM): the preamble and the
@@ -21,10 +21,10 @@ from typing import Final
 from app.db.models import AgentSession
 from app.errors import InvalidRequest
 from app.forget.per_policy import ForgetPolicy, FullForget, RetrievalForget
-from app.runtime.full_turns import FullTurns
+from app.runtime.policies.full import FullTurns
+from app.runtime.policies.retrieval import RetrievalTurns
 from app.runtime.provenance import FullContext, Provenance, RetrievedContext
-from app.runtime.retrieval_turns import RetrievalTurns
-from app.runtime.step import Turns
+from app.runtime.transition import Turns
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ from pathlib import Path
 
 import uvicorn
 
+from app.db.database import Database, resolve_database_url
 from app.db.migrate import upgrade_to_head_async
-from app.db.session import Database, resolve_database_url
 from app.settings import EngineKind, Settings
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 PostgreSQL's `text`, `varchar` and `jsonb` cannot hold the NUL character (`\\u0000` in JSON), and asyncpg cannot
 encode a string holding an unpaired surrogate (`\\ud800`, which Python's JSON parser lets through) as UTF-8. Either
-one turned into a 500 once it reached a statement; the request schemas (app/api/schemas/common.py) and the memory
+one turned into a 500 once it reached a statement; the request schemas (app/web/schemas.py) and the memory
 rules (app/memory/validation.py) reject it up front instead, naming where it is.
 """
 

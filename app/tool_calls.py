@@ -1,5 +1,5 @@
 """A model's tool call and the built-in environment's starting state: plain data the runtime produces and the
-database stores (app/db/repositories/tools.py), so it sits below both. What a call means, and who answers it, is
+database stores (app/sessions/repositories/tools.py), so it sits below both. What a call means, and who answers it, is
 app/runtime/tool_catalog.py."""
 
 from __future__ import annotations

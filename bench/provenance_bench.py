@@ -24,11 +24,11 @@ from typing import Any
 
 import asyncpg
 
+from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
-from app.db.repositories import artifacts as repo
-from app.db.session import Database
 from app.ids import new_id
+from app.sessions.repositories import artifacts as repo
 
 
 async def load_session(conn: asyncpg.Connection, tenant_id: str, n_artifacts: int) -> tuple[str, list[str]]:

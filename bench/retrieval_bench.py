@@ -25,12 +25,12 @@ from typing import Any
 
 import asyncpg
 
+from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
-from app.db.repositories import artifact_search as repo
-from app.db.session import Database
 from app.ids import new_id
 from app.runtime.retrieval import CONTEXT_KINDS
+from app.sessions.repositories import artifact_search as repo
 
 DIMS = 384
 TOP_K = 5

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
 from app.db.models import Tenant
-from app.db.session import Database
 from app.embeddings import MiniLMEmbedder
 from app.engine.hf import HFEngine
 from app.engine.protocol import CacheHandle, ChatTemplate, Generation, Sampling, TokenSink, TokenUsage
@@ -35,7 +35,7 @@ from app.ids import new_id
 from app.policies import POLICIES
 from app.runtime.blocks import Observation
 from app.sessions.service import SessionService
-from app.sessions.values import SessionConfig
+from app.sessions.views import SessionConfig
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 SCRIPT = [

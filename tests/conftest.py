@@ -19,8 +19,8 @@ import httpx
 import pytest
 import uvicorn
 
+from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
-from app.db.session import Database
 from app.engine.protocol import KVEngine
 from app.main import create_app
 from app.settings import Settings

@@ -50,7 +50,7 @@ class ConsistencyToken:
 def end_of_records(lsn: int, *, block_size: int, segment_size: int) -> int:
     """A primary's WAL position as the end of the last record before it.
 
-    `pg_current_wal_insert_lsn()` (what a token holds where commits are asynchronous, app/db/repositories/wal.py)
+    `pg_current_wal_insert_lsn()` (what a token holds where commits are asynchronous, app/db/wal.py)
     points past the page header at the start of a page, where no record ends, while a replica reports the end of the
     last record it replayed: the page's start. Without this, a replica that has replayed everything would look a
     header short of it until more WAL came. Positions inside a page are left as they are.

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import asyncpg
 
-from app.db.session import APPLICATION_NAME
+from app.db.database import APPLICATION_NAME
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A read that may leave the primary (`ReadFrom.replica`) is tried on the replicas in turn (round robin, skipping one
 that failed within the last `DOWN_S`). Without a token any replica serves it: eventually consistent, as far behind
 as the replica lags (`lethe_replica_lag_*`). With a token, the replica's position is read on the very connection
-that will run the read (app/db/repositories/wal.py), and the read runs there only if the replica is on the token's
+that will run the read (app/db/wal.py), and the read runs there only if the replica is on the token's
 cluster and timeline and has replayed past it; a replica behind it is polled until the read's bound
 (`LETHE_REPLICA_WAIT_MS`), then the read goes to the primary. Any failure of a replica (refused, lost, restarting,
 a query cancelled by replay) sends the read to the primary as well, so a replica can make a read slower, never wrong
@@ -28,10 +28,10 @@ import asyncpg
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from app.db import wal
 from app.db.consistency import ConsistencyToken
 from app.db.embedded import to_async_url
 from app.db.pools import open_pg_pool
-from app.db.repositories import wal
 from app.db.statements import InSession, OnConnection, Sql
 
 log = logging.getLogger(__name__)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import forget_jobs as jobs_repo
 from app.db.statements import Sql
 from app.forget.receipts import JobReceipt, MemoryEntry
+from app.forget.repositories import jobs as jobs_repo
 from app.ids import new_id
+from app.sessions.repositories import artifacts as artifacts_repo
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.database import Database
 from app.db.models import ForgetJob
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.repositories import memory as memory_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.db.statements import InSession
 from app.embeddings import Embedder
 from app.engine.priority import Priority, engine_priority, measure_wait
@@ -40,15 +37,18 @@ from app.forget.jobs import JobView, LeaseLost, Retry, view_of
 from app.forget.locate import Target
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
 from app.forget.replay import NeedsInput, Rebuilt
+from app.forget.repositories import jobs as jobs_repo
 from app.forget.session_work import SessionWork
 from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
+from app.memory import repository as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
 from app.policies import POLICIES
 from app.runtime.salts import session_route
-from app.runtime.step import Machinery
+from app.runtime.transition import Machinery
+from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.service import SessionService
 
 log = logging.getLogger(__name__)

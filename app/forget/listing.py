@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from app import pagination
 from app.db.consistency import PRIMARY, ReadFrom
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.session import Database
+from app.db.database import Database
 from app.forget.jobs import JobView, view_of
+from app.forget.repositories import jobs as jobs_repo
 
 
 async def page_jobs(

@@ -23,13 +23,13 @@ from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.database import Database
 from app.db.models import AgentSession, Artifact
-from app.db.repositories import artifact_search as search_repo
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.session import Database
 from app.embeddings import Embedder
 from app.forget.closure import ClosureEntry, closure_of
 from app.runtime.blocks import MODEL_KINDS, ROLE_OF
+from app.sessions.repositories import artifact_search as search_repo
+from app.sessions.repositories import artifacts as artifacts_repo
 
 DEFAULT_MIN_SIMILARITY: Final = 0.5
 

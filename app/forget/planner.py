@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.db.database import Database
 from app.db.models import AgentSession, Checkpoint
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.embeddings import Embedder
 from app.forget import locate
 from app.forget.cost import full_reset_estimate
@@ -23,6 +22,7 @@ from app.forget.strategies import ForgetStrategy
 from app.forget.target_sessions import check_session
 from app.ids import new_id
 from app.policies import POLICIES
+from app.sessions.repositories import sessions as sessions_repo
 
 
 async def plan(

@@ -13,12 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.database import Database
 from app.db.models import AgentSession
-from app.db.repositories import artifact_search as search_repo
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.embeddings import Embedder
 from app.errors import NotFound
 from app.forget import locate
@@ -27,9 +23,13 @@ from app.forget.locate import Target
 from app.forget.plain_words import MEANING_SIMILARITY, DeletionRequest, parse
 from app.forget.planner import plan
 from app.forget.receipts import JobReceipt
+from app.forget.repositories import jobs as jobs_repo
 from app.forget.strategies import STRATEGIES
 from app.ids import new_id
 from app.runtime.blocks import MODEL_KINDS, Observation
+from app.sessions.repositories import artifact_search as search_repo
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
 
 NOTHING_MATCHES = "Nothing in this conversation matches that, so there is nothing to forget."
 

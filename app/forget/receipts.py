@@ -2,7 +2,7 @@
 
 A receipt holds artifact ids, counts and digests, never a copy of the forgotten text. These are the stored form, as
 JSON in `forget_jobs.receipt` (`JobReceipt.stored` / `JobReceipt.load`: the same JSON jobs stored before still load);
-the API answers with its own schemas (api/schemas/forget.py), built from these, so the stored form can change without
+the API answers with its own schemas (forget/schemas.py), built from these, so the stored form can change without
 changing the contract and the other way round. A dry run's plan uses the same session entry, with `trace` and
 estimates instead of counts.
 """

@@ -3,7 +3,7 @@
 M is the located target (observations dropped or sanitized, or model outputs named directly) and Dep(M) its closure
 over the exact provenance edges. Walking the store in log order, every model output is kept, deleted, or regenerated
 (a new output with a new id, in the same transition and place, produced by the runtime's one transition function,
-runtime/step.py, over the store as it now stands: without M, with the outputs regenerated before it):
+runtime/transition.py, over the store as it now stands: without M, with the outputs regenerated before it):
 
 - `delete` (the paper's deletion, `delete_dependents`): M and Dep(M) are deleted. Summaries are derived messages, not
   replies: a summary in Dep(M) is regenerated from its remaining sources (deleted when none remain).
@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.db.models import Artifact
-from app.db.repositories.artifact_search import Neighbor
-from app.db.repositories.artifacts import LogEntry
 from app.forget.replay import observation_of
 from app.forget.rewrite import Rewritten
 from app.forget.session_work import SessionWork
 from app.runtime import retrieval
 from app.runtime.blocks import MODEL_KINDS, Block, render
 from app.runtime.records import artifact_row, edge_row
-from app.runtime.step import Compaction, RetrievalView, SessionState, TransitionInput, step
+from app.runtime.transition import Compaction, RetrievalView, SessionState, TransitionInput, step
+from app.sessions.repositories.artifact_search import Neighbor
+from app.sessions.repositories.artifacts import LogEntry
 
 Mode = Literal["delete", "selective", "full"]
 

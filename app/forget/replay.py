@@ -6,7 +6,7 @@ Given a session's artifacts, the located target and a restore point c (a checkpo
 - transitions c+1 .. from_turn-1 (the gap a coarse checkpoint policy leaves) are clean: their artifacts stay and
   the first replayed transition re-prefills their recorded tokens along their recorded chunks (transition.sync),
   which reproduces the cache bit for bit;
-- transitions from_turn .. T are run again by the runtime's one transition function (runtime/step.py) with the
+- transitions from_turn .. T are run again by the runtime's one transition function (runtime/transition.py) with the
   sanitized observations: the same policy, the same per-transition seeds, the same records and checkpoints as a turn,
   so a replayed transition is the one the session would have run had it never seen the target. Observations the
   forget did not touch keep their artifact ids; a transition whose observations held only the target becomes an
@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.db.models import AgentSession, Artifact
-from app.db.repositories.artifacts import LogEntry
 from app.forget.closure import Restore
 from app.forget.locate import Located
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow
 from app.runtime.records import RUNTIME_META
 from app.runtime.salts import route_of
-from app.runtime.step import Compaction, Machinery, SessionPolicy, SessionState, Step, TransitionInput, step
 from app.runtime.tool_catalog import declared
 from app.runtime.tool_loop import ToolContext
+from app.runtime.transition import Compaction, Machinery, SessionPolicy, SessionState, Step, TransitionInput, step
+from app.sessions.repositories.artifacts import LogEntry
 from app.tool_calls import ToolCall
 
 

@@ -18,7 +18,7 @@ from app.forget.replay import Rebuilt, entries_of, observation_of
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
 from app.runtime.records import stored_log
 from app.runtime.salts import route_of
-from app.runtime.step import Machinery, SessionPolicy, SessionState, TransitionInput, step
+from app.runtime.transition import Machinery, SessionPolicy, SessionState, TransitionInput, step
 
 
 @dataclass

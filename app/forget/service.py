@@ -14,9 +14,8 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.database import Database
 from app.db.notifications import JobEvents
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.priority import Priority
 from app.engine.slot import EngineSlot
@@ -27,6 +26,7 @@ from app.forget.jobs import DEFAULT_STRATEGY, JobView, Submission, view_of
 from app.forget.locate import Target
 from app.forget.proposals import Proposal
 from app.forget.receipts import JobReceipt, MemoryEntry
+from app.forget.repositories import jobs as jobs_repo
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_target, sessions_reached
 from app.ids import new_id

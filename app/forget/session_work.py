@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.db.models import AgentSession, Artifact, Checkpoint
-from app.db.repositories import tools as tools_repo
 from app.forget.closure import ClosureEntry
 from app.forget.locate import Located
 from app.forget.replay import Rebuilt
 from app.forget.rewrite import Rewritten
-from app.runtime.step import Machinery, SessionPolicy
 from app.runtime.tool_loop import ReplayTools, ToolContext
+from app.runtime.transition import Machinery, SessionPolicy
+from app.sessions.repositories import tools as tools_repo
 
 # What a strategy does to a session, swapped in by the executor: transitions replaced, artifacts rewritten in
 # place, or nothing.
@@ -23,7 +23,7 @@ class SessionWork:
     # Short read transactions of what the strategy needs (under the lease nothing else writes the session); the
     # strategy writes nothing: the executor swaps its change in.
     m: Machinery  # the engine, cache handles, embedder and database transitions run on
-    policy: SessionPolicy  # the session's context policy: a replay's transitions run through it (runtime/step.py)
+    policy: SessionPolicy  # the session's context policy: a replay's transitions run through it (runtime/transition.py)
     session: AgentSession
     rows: list[Artifact]
     located: Located

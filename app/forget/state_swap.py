@@ -1,6 +1,6 @@
 """Swapping a strategy's change into a session, and the session's receipt entry that says what changed.
 
-The writes are the repository's (db/repositories/forget_swap.py) and, for a replay, the runtime's writer of a turn
+The writes are the repository's (forget/repositories/swap.py) and, for a replay, the runtime's writer of a turn
 (runtime/writes.py); here the change is translated for them, the state is digested before and after, and the cache
 salt rotated when the forget left blocks a later request could reach.
 """
@@ -12,18 +12,18 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Artifact
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.repositories import tools as tools_repo
-from app.db.repositories.forget_swap import InPlace, Swapped, clear_suffix, record_swap, rewrite_in_place
 from app.forget.closure import ClosureEntry
 from app.forget.cost import full_reset_estimate
 from app.forget.locate import Found, Located
 from app.forget.per_policy import ForgetPolicy
 from app.forget.receipts import RestorePoint, SessionEntry, TokenCounts, TraceEntry, state_sha256
 from app.forget.replay import Rebuilt
+from app.forget.repositories.swap import InPlace, Swapped, clear_suffix, record_swap, rewrite_in_place
 from app.forget.session_work import Change
 from app.runtime.writes import write_step
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.repositories import tools as tools_repo
 
 
 def session_entry(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import sessions as sessions_repo
 from app.errors import InvalidRequest, NotFound
 from app.forget.locate import Target, locate_in
 from app.forget.strategies import ForgetStrategy
 from app.memory.validation import check_key, check_namespace
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
 
 
 async def sessions_reached(tx: AsyncSession, tenant_id: str, target: Target) -> list[str] | None:

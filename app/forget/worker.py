@@ -16,11 +16,11 @@ import socket
 import uuid
 from collections.abc import Callable
 
+from app.db.database import Database
 from app.db.models import ForgetJob
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.session import Database
 from app.forget.executor import ForgetExecutor
 from app.forget.jobs import LeaseLost, Retry
+from app.forget.repositories import jobs as jobs_repo
 from app.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from app.api.problems import error_response
 from app.container import Container
 from app.errors import LetheError, NotReady
 from app.mcp import tools
+from app.web.problems import error_response
 
 PATH = "/mcp"
 

@@ -22,10 +22,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import Field
 
-from app.api.schemas.forget import job_out
 from app.container import Container
 from app.errors import LetheError, NotFound
 from app.forget.jobs import JobView, Submission
+from app.forget.schemas import job_out
 from app.memory.service import Forgotten
 
 SCOPE_KEY = "lethe.mcp"  # what mount.py leaves in the request's ASGI scope: the container and the tenant

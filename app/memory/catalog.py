@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.consistency import PRIMARY, ReadFrom
-from app.db.session import Database
+from app.db.database import Database
 from app.memory.validation import check_namespace, decode_cursor, encode_cursor
 
 

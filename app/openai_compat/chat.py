@@ -24,25 +24,25 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.schemas.forget import job_out
-from app.db.repositories import openai_compat as repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
+from app.db.database import Database
 from app.engine.protocol import TokenSink
 from app.engine.slot import EngineSlot
 from app.forget import plain_words
 from app.forget.proposals import Proposal
+from app.forget.schemas import job_out
 from app.forget.service import ForgetService
 from app.ids import new_id
+from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import message_text
 from app.openai_compat.markup import visible_text
 from app.openai_compat.objects import lethe_tools
 from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
 from app.runtime.blocks import Observation
-from app.runtime.transition import Usage
+from app.runtime.engine_calls import Usage
+from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.service import SessionService
-from app.sessions.values import SessionConfig, TurnResult
+from app.sessions.views import SessionConfig, TurnResult
 
 Canonical = dict[str, Any]
 

@@ -8,15 +8,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from app.api import sse
-from app.api.consistency import stamp, token_responses
-from app.api.deps import ContainerDep, PrincipalDep
-from app.api.disconnect import until_disconnect
 from app.openai_compat import streaming
 from app.openai_compat.chat import ChatService
+from app.openai_compat.compatibility import check_include
 from app.openai_compat.errors import BadParameter
 from app.openai_compat.items import check_text
-from app.openai_compat.policy import check_include
 from app.openai_compat.schemas import (
     ChatCompletionCreate,
     ChatCompletionOut,
@@ -32,6 +28,10 @@ from app.openai_compat.schemas import (
     ResponseOut,
 )
 from app.openai_compat.service import CompatService
+from app.web import sse
+from app.web.consistency import stamp, token_responses
+from app.web.deps import ContainerDep, PrincipalDep
+from app.web.disconnect import until_disconnect
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"])
 
@@ -91,7 +91,7 @@ async def get_chat(container: ContainerDep) -> ChatService:
     return container.services.chat
 
 
-INCLUDE = "Values naming output kinds this server never produces (app/openai_compat/policy.py); others 400"
+INCLUDE = "Values naming output kinds this server never produces (app/openai_compat/compatibility.py); others 400"
 CompatDep = Annotated[CompatService, Depends(get_compat)]
 ChatDep = Annotated[ChatService, Depends(get_chat)]
 
@@ -199,7 +199,7 @@ async def delete_item(
     # 202 while the job runs, and for needs_input (the replay waits on a tool result: the item is not gone yet).
     finished = done.job.dry_run or done.job.status == "succeeded"
     answer = JSONResponse(done.conversation, status_code=200 if finished else 202, headers=headers)
-    if finished and not lethe_dry_run:  # Lethe-Consistency (app/api/consistency.py): the forget is durable
+    if finished and not lethe_dry_run:  # Lethe-Consistency (app/web/consistency.py): the forget is durable
         await stamp(answer, container.db)
     return answer
 

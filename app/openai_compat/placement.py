@@ -21,19 +21,19 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.database import Database
 from app.db.models import AgentSession
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import openai_compat as repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.errors import Conflict
 from app.openai_compat import history
+from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter
 from app.openai_compat.items import observations, split_system
 from app.openai_compat.schemas import ResponseCreate
 from app.runtime.blocks import Observation
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.service import SessionService
-from app.sessions.values import SessionConfig
+from app.sessions.views import SessionConfig
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.schemas.sessions import Name
+from app.sessions.schemas import Name
 
 
 class Request(BaseModel):
@@ -73,7 +73,9 @@ class ResponseCreate(Request):
     truncation: Literal["disabled"] | None = None
     include: list[str] | None = Field(
         default=None, max_length=16,
-        description="`[]`, or values naming output kinds this server never produces (app/openai_compat/policy.py)",
+        description=(
+            "`[]`, or values naming output kinds this server never produces (app/openai_compat/compatibility.py)"
+        ),
     )
     background: Literal[False] | None = Field(default=None, description="Only `false`")
     service_tier: Literal["auto", "default"] | None = Field(default=None, description="One tier: `auto` or `default`")

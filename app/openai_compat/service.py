@@ -29,30 +29,30 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.schemas.forget import job_out
+from app.db.database import Database
 from app.db.models import AgentSession, Artifact, OpenAIConversation, OpenAIResponse
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import openai_compat as repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.engine.protocol import TokenSink
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound
 from app.forget.jobs import JobView, Submission
 from app.forget.proposals import Proposal
+from app.forget.schemas import job_out
 from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
 from app.ids import has_prefix, new_id
 from app.openai_compat import history
+from app.openai_compat import repository as repo
+from app.openai_compat.compatibility import check_include
 from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import ITEM_KINDS, item_of, items_of, observations, split_system
 from app.openai_compat.objects import lethe_tools, page, plan_response, require_id, response_object, ts
 from app.openai_compat.placement import Placement, Placer, by_digest, holder, put_head
-from app.openai_compat.policy import check_include
 from app.openai_compat.schemas import ResponseCreate
 from app.sessions.branching import Branching
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.service import SessionService
-from app.sessions.values import SessionConfig, TurnResult
+from app.sessions.views import SessionConfig, TurnResult
 
 MODEL_ARTIFACTS = ("assistant", "tool_call")
 

@@ -1,4 +1,4 @@
-"""Server-sent events in OpenAI's two stream formats, over a transition started by app/api/sse.py.
+"""Server-sent events in OpenAI's two stream formats, over a transition started by app/web/sse.py.
 
 The stream observes the transition's task (as the native stream does); a client that disconnects cancels it, so
 nothing is sampled for nobody and nothing is written. Errors before the first token are ordinary error answers; after
@@ -13,10 +13,10 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
-from app.api.sse import Run, event
 from app.errors import LetheError
 from app.openai_compat.errors import body
 from app.openai_compat.markup import VisibleStream
+from app.web.sse import Run, event
 
 
 class Sequence:

@@ -25,8 +25,8 @@ from app.engine.protocol import KVEngine, Sampling
 from app.errors import Conflict
 from app.ids import new_id
 from app.runtime.blocks import Observation, render
+from app.runtime.engine_calls import Synced, Usage, advance, check_room
 from app.runtime.records import RUNTIME_META, artifact_row, edge_row
-from app.runtime.transition import Synced, Usage, advance, check_room
 
 SUMMARIZE: Final = (
     "Summarize our conversation so far in a few sentences. Keep every fact I told you; add nothing else."

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.db.repositories.artifacts import LogEntry
 from app.ids import new_id
 from app.runtime.blocks import MODEL_KINDS, Block
+from app.runtime.engine_calls import Outcome, StoredLog
 from app.runtime.provenance import Node, Provenance, union_sources
-from app.runtime.transition import Outcome, StoredLog
+from app.sessions.repositories.artifacts import LogEntry
 
 Manifest = list[tuple[str, int, int]]
 # Meta keys the runtime writes for itself about one run of a transition (its chunk recipe, why sampling stopped):

@@ -31,16 +31,16 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.repositories import artifact_search as search_repo
-from app.db.repositories.artifact_search import Neighbor
-from app.db.repositories.artifacts import LogEntry
-from app.db.session import Database
+from app.db.database import Database
 from app.embeddings import Embedder
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.engine.session_caches import SessionCaches
 from app.runtime.blocks import Block, Observation, assistant_block, render
 from app.runtime.compaction import SUMMARY_HEADER
-from app.runtime.transition import Usage, check_room, use_salt
+from app.runtime.engine_calls import Usage, check_room, use_salt
+from app.sessions.repositories import artifact_search as search_repo
+from app.sessions.repositories.artifact_search import Neighbor
+from app.sessions.repositories.artifacts import LogEntry
 
 # Kinds a reply can retrieve (and that therefore carry an embedding). Tool calls are not messages; the system prompt
 # and instructions are in every prompt anyway.

@@ -23,8 +23,8 @@ from typing import Any
 
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.runtime.blocks import Block, Observation, render
+from app.runtime.engine_calls import Outcome, Synced, advance
 from app.runtime.tool_catalog import BUILTINS, declared, execute_builtin, parse_calls
-from app.runtime.transition import Outcome, Synced, advance
 from app.tool_calls import ToolCall
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.repositories import artifact_search as search_repo
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.repositories import tools as tools_repo
 from app.runtime import checkpoints
-from app.runtime.step import Step
+from app.runtime.transition import Step
+from app.sessions.repositories import artifact_search as search_repo
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.repositories import tools as tools_repo
 
 
 async def write_step(tx: AsyncSession, session_id: str, step: Step) -> None:

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.db.repositories import branching as repo
-from app.db.repositories.branching import Row, Transitions
 from app.ids import new_id
 from app.runtime.checkpoints import manifest_sha256
 from app.runtime.salts import session_route
+from app.sessions.repositories import branching as repo
+from app.sessions.repositories.branching import Row, Transitions
 from app.sessions.service import SessionService
-from app.sessions.values import StaleHead
+from app.sessions.views import StaleHead
 
 _SESSION_COPIED = ("tenant_id", "system_prompt", "memory_namespace", "context_policy", "checkpoint_policy",
                    "retrieval", "tools", "compaction")

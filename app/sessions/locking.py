@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.database import Database
 from app.db.models import AgentSession
-from app.db.repositories import session_leases as leases_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.engine.session_caches import SessionCaches
 from app.errors import NotFound, SessionBusy
 from app.runtime.salts import session_route
+from app.sessions.repositories import leases as leases_repo
+from app.sessions.repositories import sessions as sessions_repo
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import pagination
 from app.db.consistency import PRIMARY, ReadFrom
+from app.db.database import Database
 from app.db.models import AgentSession
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import session_leases as leases_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.session import Database
 from app.embeddings import Embedder
 from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
 from app.engine.session_caches import SessionCaches
@@ -26,15 +23,17 @@ from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound, NotReady
 from app.ids import new_id
 from app.memory.service import injectable_in
-from app.provenance import graph
 from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.salts import session_route
-from app.runtime.step import Machinery, PolicyLookup, SessionState, TransitionInput, step
 from app.runtime.tool_catalog import preamble as tool_preamble
+from app.runtime.transition import Machinery, PolicyLookup, SessionState, TransitionInput, step
 from app.runtime.writes import write_step
+from app.sessions.commit import OnCommit, Transitions
 from app.sessions.locking import DEFAULT_LEASE_S, DEFAULT_LOCK_TIMEOUT_S, Lease, SessionLocks, require
-from app.sessions.turns import OnCommit, Transitions
-from app.sessions.values import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import leases as leases_repo
+from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
 from app.tool_calls import ToolCall
 
 MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
@@ -227,7 +226,7 @@ class SessionService:
             await require(tx, tenant_id, session_id)
             if await artifacts_repo.get(tx, tenant_id, session_id, artifact_id) is None:
                 raise NotFound(f"no artifact {artifact_id!r} in session {session_id!r}")
-            rows = await graph.taint_closure(tx, tenant_id, session_id, artifact_id)
+            rows = await artifacts_repo.closure(tx, tenant_id, session_id, artifact_id)
             parents = await artifacts_repo.parents_of(tx, session_id, [a.id for a in rows])
             return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
 

@@ -18,10 +18,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from app.db.repositories import tenants as repo
-from app.db.session import Database
+from app.db.database import Database
 from app.errors import Conflict, NotFound, Unauthorized
 from app.settings import Settings, decode_webhook_secret
+from app.tenants import repository as repo
 
 DEFAULT_TENANT = "default"
 KEY_PREFIX = "lethe_"

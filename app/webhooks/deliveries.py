@@ -7,8 +7,8 @@ from datetime import datetime
 
 from app import pagination
 from app.db.consistency import PRIMARY, ReadFrom
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.session import Database
+from app.db.database import Database
+from app.forget.repositories import jobs as jobs_repo
 
 
 @dataclass(frozen=True)

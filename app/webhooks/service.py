@@ -30,15 +30,15 @@ from typing import Any
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.repositories import tenants as tenants_repo
-from app.db.session import Database
+from app.db.database import Database
 from app.engine.priority import Priority
 from app.errors import InvalidRequest, Unauthorized
 from app.forget.locate import Target
+from app.forget.repositories import jobs as jobs_repo
 from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
 from app.ids import plausible
+from app.tenants import repository as tenants_repo
 from app.text import storable
 from app.webhooks.schemas import DetectorWebhook
 

@@ -24,8 +24,8 @@ from app.embeddings import MiniLMEmbedder
 from app.engine.hf import HFEngine
 from app.engine.model_store import resolve_model
 from app.engine.priority import Priority, engine_priority, measure_wait
-from app.engine.process.adapters import EngineProcessCaches
 from app.engine.process.client import EngineClient
+from app.engine.process.proxies import EngineProcessCaches
 from app.engine.process.server import EngineServer
 from app.engine.protocol import Sampling
 from app.engine.slot import EngineSlot

@@ -18,8 +18,8 @@ from app.engine.vllm_common import cache_salt, to_generation, vllm_seed
 from app.engine.vllm_local import VLLMEngine
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
 from app.errors import EngineUnavailable
+from app.runtime.engine_calls import use_salt
 from app.runtime.salts import session_salt
-from app.runtime.transition import use_salt
 from tests.support import MODEL_CACHE
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
-from app.db.session import Database
 from app.tenants.service import TenantService
 from tests.conftest import LiveServer, make_settings
 from tests.support import BOOTSTRAP_KEY

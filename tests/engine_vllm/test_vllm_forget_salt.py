@@ -19,8 +19,8 @@ import pytest
 from app.engine.protocol import CacheHandle
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
+from app.runtime.engine_calls import use_salt
 from app.runtime.salts import rotates, session_salt
-from app.runtime.transition import use_salt
 from tests.engine_vllm.vllm_helpers import BLOCK, sampled
 
 SEED = 99

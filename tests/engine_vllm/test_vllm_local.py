@@ -15,7 +15,7 @@ from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
 from app.runtime.blocks import Observation, render
-from app.runtime.transition import Synced, advance
+from app.runtime.engine_calls import Synced, advance
 from tests.engine_vllm.vllm_helpers import (
     BLOCK,
     GREEDY,

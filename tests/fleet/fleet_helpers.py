@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from app.db.session import Database
+from app.db.database import Database
 from app.tenants.service import TenantService
 from bench.fleet import Router, VLLMWorker, counter
 from bench.serve import LetheServer

@@ -19,8 +19,8 @@ from app.engine.protocol import Sampling
 from app.engine.vllm_remote import RETRY_AFTER_S, VLLMRemoteEngine
 from app.errors import EngineUnavailable
 from app.observability.metrics import Metrics
+from app.runtime.engine_calls import use_salt
 from app.runtime.salts import route_of, salt_of
-from app.runtime.transition import use_salt
 from tests.support import MODEL_CACHE
 
 BLOCK = 16  # the scripted workers' KV block

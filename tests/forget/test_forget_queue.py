@@ -15,12 +15,12 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 
+from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
 from app.db.notifications import JobEvents
-from app.db.repositories import forget_jobs as jobs_repo
-from app.db.session import Database
 from app.forget.jobs import Retry
+from app.forget.repositories import jobs as jobs_repo
 from app.forget.worker import ForgetWorker
 from app.ids import new_id
 from app.observability.metrics import Metrics

@@ -1,4 +1,4 @@
-"""A turn and a forget's replay run one transition function (app/runtime/step.py), so they cannot diverge.
+"""A turn and a forget's replay run one transition function (app/runtime/transition.py), so they cannot diverge.
 
 The check: recompute transitions whose inputs did not change, and compare what the replay wrote with what the turns
 wrote, artifact by artifact, straight from the tables: kind, position, content, token ids, token span, the chunk

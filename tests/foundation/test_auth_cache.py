@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from app.db.session import Database
+from app.db.database import Database
 from app.errors import Unauthorized
 from app.tenants import service as tenants_module
 from app.tenants.service import TenantService, hash_key

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.db.session import APPLICATION_NAME
+from app.db.database import APPLICATION_NAME
 from tests.support import sql
 
 

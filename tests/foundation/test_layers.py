@@ -1,16 +1,24 @@
-"""The house rules, checked on the source: layers import only downwards, no import cycles, modules stay readable.
+"""The house rules, checked on the source: layers import only downwards, no import cycles between modules or between
+the units of the layer map, modules stay readable.
 
 Layers, bottom to top (a module may import its own layer and any layer below it):
 
     0  ids, text, errors, settings, pagination, observability (logging, metrics), tool_calls (plain data), request_model
-    1  db (models, repositories), embeddings, provenance, client (the SDK stands alone)
+    1  db (the database, models, replicas), embeddings, client (the SDK stands alone), and every domain's repositories
+       (all SQL lives there)
     2  engine (the only package that knows tokens and caches), memory, tenants
     3  runtime (one transition's mechanics)
-    4  sessions (the session service: turns, compaction, locking)
-    5  forget, policies (the context policy objects: their turn, forget and provenance halves, one registry)
+    4  sessions (the session service: committing transitions, compaction, locking)
+    5  forget, policies (the context policy objects: their turn, forget and provenance halves)
     6  webhooks
-    7  api, openai_compat, mcp, console, container (HTTP and the composition root)
-    8  main, cli, serving (the processes), openapi_spec
+    7  container (the composition root: builds every service once, injects the policy registry)
+    8  web (the HTTP plumbing both front doors share: SSE, consistency, deps, problems, middleware)
+    9  the front doors: every domain's endpoints and schemas, openai_compat, mcp, console, health
+    10 main, cli, serving (the processes), openapi_spec
+
+A unit is an entry of the layer map (the longest one holding a module): `app.sessions.endpoints` and `app.sessions`
+are different units. Units must not import each other in a cycle either, even on one layer: a cycle between two
+packages of one layer hides from a check of layers and of module cycles alone.
 
 Imports under `if TYPE_CHECKING:` count: a cycle hidden from the interpreter is still a cycle for the reader.
 """
@@ -24,17 +32,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 400
 
+DOMAINS = ("sessions", "forget", "memory", "webhooks", "tenants", "openai_compat")
 LAYERS: dict[str, int] = {
     "app.ids": 0, "app.text": 0, "app.errors": 0, "app.settings": 0, "app.pagination": 0, "app.observability": 0,
     "app.tool_calls": 0, "app.request_model": 0,
-    "app.db": 1, "app.embeddings": 1, "app.provenance": 1, "app.client": 1,
+    "app.db": 1, "app.embeddings": 1, "app.client": 1,
+    "app.sessions.repositories": 1, "app.forget.repositories": 1, "app.memory.repository": 1,
+    "app.tenants.repository": 1, "app.openai_compat.repository": 1,
     "app.engine": 2, "app.memory": 2, "app.tenants": 2,
     "app.runtime": 3,
     "app.sessions": 4,
     "app.forget": 5, "app.policies": 5,
     "app.webhooks": 6,
-    "app.api": 7, "app.openai_compat": 7, "app.mcp": 7, "app.console": 7, "app.container": 7,
-    "app.main": 8, "app.cli": 8, "app.serving": 8, "app.openapi_spec": 8, "app.__main__": 8,
+    "app.container": 7,
+    "app.web": 8,
+    **{f"app.{domain}.{part}": 9 for domain in DOMAINS for part in ("endpoints", "schemas")},
+    "app.openai_compat": 9, "app.mcp": 9, "app.console": 9, "app.health": 9,
+    "app.main": 10, "app.cli": 10, "app.serving": 10, "app.openapi_spec": 10, "app.__main__": 10,
 }
 
 
@@ -47,13 +61,29 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _unit(module: str) -> str | None:
+    """The longest entry of the layer map that holds `module`."""
+    best: str | None = None
+    for package in LAYERS:
+        if (module == package or module.startswith(package + ".")) and (best is None or len(package) > len(best)):
+            best = package
+    return best
+
+
 def _layer(module: str) -> int | None:
-    """The layer of the longest registered package that holds `module`."""
-    best: tuple[int, int] | None = None
-    for package, level in LAYERS.items():
-        if (module == package or module.startswith(package + ".")) and (best is None or len(package) > best[0]):
-            best = (len(package), level)
-    return None if best is None else best[1]
+    unit = _unit(module)
+    return None if unit is None else LAYERS[unit]
+
+
+def _unit_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    units: dict[str, set[str]] = defaultdict(set)
+    for source, targets in graph.items():
+        a = _unit(source)
+        for target in targets:
+            b = _unit(target)
+            if a is not None and b is not None and a != b:
+                units[a].add(b)
+    return units
 
 
 def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -139,6 +169,11 @@ def test_no_import_cycles() -> None:
     assert _cycles(_imports(modules), sorted(modules)) == []
 
 
+def test_no_cycles_between_units() -> None:
+    units = _unit_graph(_imports(_modules()))
+    assert _cycles(units, sorted(LAYERS)) == []
+
+
 def test_modules_stay_readable_in_one_sitting() -> None:
     long = sorted(
         (len(path.read_text().splitlines()), name)
@@ -154,3 +189,6 @@ def test_the_checker_sees_a_planted_cycle_and_an_upward_import() -> None:
     assert _cycles(graph, sorted(graph)) == [["app.forget.b", "app.runtime.a"]]
     a, b = _layer("app.runtime.a"), _layer("app.forget.b")
     assert a is not None and b is not None and b > a
+    # Two modules of one layer, in two units, importing each other: no module cycle inside either unit, still a cycle.
+    same_layer = {"app.web.x": {"app.web.y"}, "app.openai_compat.x": {"app.web.x"}, "app.web.y": {"app.openai_compat.z"}}
+    assert _cycles(_unit_graph(same_layer), sorted(LAYERS)) == [["app.openai_compat", "app.web"]]

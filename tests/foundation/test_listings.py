@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.db.session import Database
+from app.db.database import Database
 from app.tenants.service import TenantService
 from tests.conftest import LiveServer
 from tests.forget.forget_helpers import wait_job

@@ -1,4 +1,4 @@
-"""What the stream helpers (app/api/sse.py, app/openai_compat/streaming.py) put on the wire for a transition that
+"""What the stream helpers (app/web/sse.py, app/openai_compat/streaming.py) put on the wire for a transition that
 fails after its first token, and that a stream closed early cancels its transition. The happy paths run end to end
 over HTTP (tests/runtime/test_runtime_streaming.py, tests/openai_compat); a failure after the first token cannot be
 provoked there, so here the transition is a coroutine that samples a few real tokens and then fails."""
@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from app.api.problems import problem
-from app.api.sse import respond, start, stream_turn
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import resolve_model
 from app.engine.protocol import TokenSink
 from app.errors import Conflict
 from app.openai_compat.streaming import chat_chunks
+from app.web.problems import problem
+from app.web.sse import respond, start, stream_turn
 from tests.support import MODEL_CACHE
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from app.openai_compat import history
+from app.openai_compat.compatibility import REFUSED_INCLUDES, VACUOUS_INCLUDES, check_include
 from app.openai_compat.errors import BadParameter
 from app.openai_compat.markup import VisibleStream, visible_text
-from app.openai_compat.policy import REFUSED_INCLUDES, VACUOUS_INCLUDES, check_include
 from app.runtime.checkpoints import manifest_sha256
 from app.sessions import branching
 from app.sessions.branching import Transitions

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from app.api.deps import ContainerDep
 from app.openai_compat.endpoints import get_compat
 from app.openai_compat.service import CompatService
+from app.web.deps import ContainerDep
 from tests.openai_compat.conftest import sdk
 from tests.support import held_session, rewired
 

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.deps import ContainerDep
-from app.api.routers.sessions import get_sessions
 from app.engine.protocol import CacheHandle
+from app.sessions.endpoints import get_sessions
 from app.sessions.service import SessionService
+from app.web.deps import ContainerDep
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
 from tests.support import BOOTSTRAP_KEY, held_session, problem, rewired

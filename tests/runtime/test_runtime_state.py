@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.session import Database
+from app.db.database import Database
 from app.engine.protocol import CacheHandle, KVEngine
 from app.engine.session_caches import LocalSessionCaches
 from app.runtime.blocks import Observation, render
+from app.runtime.engine_calls import StoredLog, Synced, advance, check_room, sampling_for, sync
 from app.runtime.records import stored_log
-from app.runtime.transition import StoredLog, Synced, advance, check_room, sampling_for, sync
+from app.sessions.repositories import artifacts as artifacts_repo
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
 from tests.support import BOOTSTRAP_KEY, cache_key, problem, sql

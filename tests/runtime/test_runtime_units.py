@@ -7,14 +7,14 @@ import asyncio
 import random
 from typing import Any
 
-from app.db.repositories.artifacts import LogEntry
 from app.engine.protocol import CacheHandle, TokenUsage
 from app.engine.session_caches import LocalSessionCaches
 from app.runtime import checkpoints
 from app.runtime.blocks import Block
+from app.runtime.engine_calls import StoredLog, sync
 from app.runtime.provenance import FullContext, Node, union_sources
 from app.runtime.records import records_for, stored_log
-from app.runtime.transition import StoredLog, sync
+from app.sessions.repositories.artifacts import LogEntry
 
 
 def _reachable(edges: set[tuple[str, str]], root: str) -> set[str]:

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.deps import ContainerDep
-from app.api.routers.sessions import get_sessions
+from app.sessions.endpoints import get_sessions
 from app.sessions.service import SessionService
+from app.web.deps import ContainerDep
 from tests.conftest import LiveServer
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
 from tests.support import POLL_S, HeldLock, held_session, lethe_serve, problem, rewired, sql, wait_waiting

@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.repositories import tools as tools_repo
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.repositories import tools as tools_repo
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Checkpoint
-from app.db.repositories.session_leases import live_status
 from app.ids import new_id
 from app.pagination import Position
+from app.sessions.repositories.leases import live_status
 
 
 async def create(db: AsyncSession, **values: Any) -> AgentSession:

@@ -1,7 +1,7 @@
 """Path parameters that name stored objects.
 
 An id that cannot exist (app/ids.py `plausible`: a NUL, a surrogate, a slash-free path segment longer than any id)
-fails validation with the error type `unknown_id`, which the problem handler (app/api/problems.py) answers as 404,
+fails validation with the error type `unknown_id`, which the problem handler (app/web/problems.py) answers as 404,
 after authentication, like any other unknown id: the database is never asked about it.
 """
 

@@ -6,12 +6,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.schemas.forget import ForgetJobOut
+from app.forget.schemas import ForgetJobOut
 from app.request_model import RequestModel
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS
+from app.runtime.engine_calls import SAMPLING_DEFAULTS
 from app.runtime.retrieval import Params as RetrievalParams
 from app.runtime.tool_catalog import BUILTINS
-from app.runtime.transition import SAMPLING_DEFAULTS
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 
@@ -67,7 +67,7 @@ class CompactionPolicy(RequestModel):
 
 
 def _session_rules(schema: dict[str, Any]) -> None:
-    """What the create route refuses with 422 beyond each field's own schema (app/api/routers/sessions.py)."""
+    """What the create route refuses with 422 beyond each field's own schema (app/sessions/endpoints.py)."""
     schema["allOf"] = [
         {   # compaction.write_back writes into the session's memory namespace
             "if": {

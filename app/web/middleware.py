@@ -13,10 +13,10 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import problem_response
 from app.errors import PayloadTooLarge
 from app.observability.logging import request_id_var
 from app.observability.metrics import Metrics
+from app.web.problems import problem_response
 
 log = logging.getLogger("lethe.http")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

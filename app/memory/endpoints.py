@@ -7,12 +7,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from app.api.consistency import ReadFromDep, stamp, token_responses
-from app.api.deps import ContainerDep, PrincipalDep
-from app.api.openapi import link
-from app.api.params import Cursor
-from app.api.problems import problem_doc
-from app.api.schemas.memory import (
+from app.memory.catalog import MemoryCatalog
+from app.memory.schemas import (
     KEY_PATTERN,
     NAMESPACE_PATTERN,
     SOURCE_PATTERN,
@@ -29,9 +25,13 @@ from app.api.schemas.memory import (
     NamespaceList,
     NamespaceOut,
 )
-from app.memory.catalog import MemoryCatalog
 from app.memory.service import MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag
+from app.web.consistency import ReadFromDep, stamp, token_responses
+from app.web.deps import ContainerDep, PrincipalDep
+from app.web.openapi import link
+from app.web.params import Cursor
+from app.web.problems import problem_doc
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
 

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api.schemas.memory import KEY_PATTERN, NAMESPACE_PATTERN
 from app.forget.jobs import JobView
+from app.memory.schemas import KEY_PATTERN, NAMESPACE_PATTERN
 from app.request_model import RequestModel
 
 Strategy = Literal[

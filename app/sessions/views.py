@@ -8,7 +8,7 @@ from typing import Any
 
 from app.db.models import AgentSession, Artifact
 from app.errors import Conflict
-from app.runtime.transition import Usage
+from app.runtime.engine_calls import Usage
 from app.tool_calls import ToolCall
 
 

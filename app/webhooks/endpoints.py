@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from app.api.consistency import ReadFromDep
-from app.api.deps import ContainerDep, PrincipalDep
-from app.api.params import Cursor
-from app.api.problems import problem_doc
-from app.api.schemas.forget import DeliveryList, DeliveryOut, WebhookAccepted
+from app.forget.schemas import DeliveryList, DeliveryOut, WebhookAccepted
+from app.web.consistency import ReadFromDep
+from app.web.deps import ContainerDep, PrincipalDep
+from app.web.params import Cursor
+from app.web.problems import problem_doc
 from app.webhooks.deliveries import page_deliveries
 from app.webhooks.schemas import DetectorWebhook
 

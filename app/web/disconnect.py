@@ -4,7 +4,7 @@ Starlette does not cancel an endpoint whose client went away; a turn would go on
 reply) and then commit. `until_disconnect` runs the work beside a watcher of the request's ASGI `receive`, which
 answers `http.disconnect` once the client is gone (the body has been read by then), and cancels the work. A cancelled
 turn writes nothing (its transaction rolls back, its cache handle is cropped back, see app/sessions), exactly
-as if it had never been sent. Streams are covered by the streaming helpers (app/api/sse.py,
+as if it had never been sent. Streams are covered by the streaming helpers (app/web/sse.py,
 app/openai_compat/streaming.py): Starlette cancels a streaming body on disconnect, and they cancel the turn with it.
 """
 

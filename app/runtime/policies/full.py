@@ -11,12 +11,12 @@ from __future__ import annotations
 from app.db.models import AgentSession
 from app.engine.protocol import TokenSink
 from app.runtime.compaction import compact, summary_room
+from app.runtime.engine_calls import check_room, rewind, sampling_for, sync
 from app.runtime.provenance import FullContext
 from app.runtime.records import TransitionRecords, stored_log
 from app.runtime.salts import route_of, salt_of
-from app.runtime.step import Compacted, Machinery, Replied, SessionState, TransitionInput
 from app.runtime.tool_loop import advance_with_tools
-from app.runtime.transition import check_room, rewind, sampling_for, sync
+from app.runtime.transition import Compacted, Machinery, Replied, SessionState, TransitionInput
 
 PROVENANCE = FullContext()
 

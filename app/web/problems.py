@@ -14,11 +14,11 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from app.api.deps import authenticate_first
-from app.api.params import UNKNOWN_ID
-from app.api.schemas.common import ProblemDetails
 from app.errors import DatabaseUnavailable, LetheError, NotFound
 from app.openai_compat import errors as compat
+from app.web.deps import authenticate_first
+from app.web.params import UNKNOWN_ID
+from app.web.schemas import ProblemDetails
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://lethe.dev/problems/"
@@ -120,7 +120,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         except LetheError as denied:
             return _error_response(request, denied)
         if any(e.get("type") == UNKNOWN_ID and tuple(e.get("loc", ()))[:1] == ("path",) for e in exc.errors()):
-            # A path id that cannot exist (app/api/params.py) is an unknown id, answered before any lookup.
+            # A path id that cannot exist (app/web/params.py) is an unknown id, answered before any lookup.
             return _error_response(request, NotFound("no object has this id"))
         if compat.is_compat_path(request.url.path):
             return compat.from_validation(_jsonable_errors(exc))
@@ -156,7 +156,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             return _error_response(request, lost)
         return await _unexpected(request, exc)
 
-    # The same on the hot path's asyncpg pool (app/db/session.py `Database.pg`): the backend was terminated or the
+    # The same on the hot path's asyncpg pool (app/db/database.py `Database.pg`): the backend was terminated or the
     # socket died mid-statement. The pool replaces a closed connection at its next checkout.
     @app.exception_handler(asyncpg.PostgresConnectionError)
     @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)

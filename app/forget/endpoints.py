@@ -6,15 +6,15 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from app.api.consistency import ReadFromDep, stamp, token_responses
-from app.api.deps import ContainerDep, PrincipalDep
-from app.api.openapi import link
-from app.api.params import ID_PATTERN, Cursor, ObjectId
-from app.api.problems import problem_doc
-from app.api.schemas.forget import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob, job_out
 from app.forget.jobs import Submission
 from app.forget.listing import page_jobs
+from app.forget.schemas import ForgetJobList, ForgetJobOut, ForgetRequest, ToolResultForJob, job_out
 from app.forget.service import ForgetService
+from app.web.consistency import ReadFromDep, stamp, token_responses
+from app.web.deps import ContainerDep, PrincipalDep
+from app.web.openapi import link
+from app.web.params import ID_PATTERN, Cursor, ObjectId
+from app.web.problems import problem_doc
 
 router = APIRouter(prefix="/v1/forget", tags=["forget"])
 

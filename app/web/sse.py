@@ -27,10 +27,10 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.problems import problem
 from app.engine.detokenize import IncrementalDetokenizer
 from app.engine.protocol import ChatTemplate, TokenSink
 from app.errors import LetheError
+from app.web.problems import problem
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,14 @@
 """Committing transitions: one transition is one unit of work under the session's lease.
 
 Lease the session (locking.py), read the stored log, run the transition with the runtime's one transition function
-(runtime/step.py, under the session's policy object) with no transaction open, then write what it computed with the
-runtime's one writer (runtime/writes.py) and the session's counters in one transaction that commits only while the
-lease is still this request's. The lease serializes turns on one session across every API process on the database;
-if the model call fails nothing is written and the session's cache handle is put back before the lease is released.
+(runtime/transition.py, under the session's policy object) with no transaction open, then write what it computed
+with the runtime's one writer (runtime/writes.py) and the session's counters in one transaction that commits only
+while the lease is still this request's. The lease serializes turns on one session across every API process on the
+database; if the model call fails nothing is written and the session's cache handle is put back before the lease is
+released.
 
 Transition 0 is the system block and the injected memory records, written at creation without an engine call (the
-first turn prefills them in a call of their own, and a replay does the same, see runtime/transition.py). Transition t
+first turn prefills them in a call of their own, and a replay does the same, see runtime/engine_calls.py). Transition t
 (t ≥ 1) is the t-th POST of turns; a compaction is a transition too.
 """
 
@@ -22,20 +23,20 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
-from app.db.repositories import artifacts as artifacts_repo
-from app.db.repositories import sessions as sessions_repo
-from app.db.repositories import tools as tools_repo
 from app.engine.protocol import TokenSink
 from app.errors import Conflict, InvalidRequest
 from app.memory.service import write_summary_in
 from app.runtime.blocks import Observation, render
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
 from app.runtime.salts import route_of
-from app.runtime.step import Compaction, Machinery, PolicyLookup, SessionState, Step, TransitionInput, step
 from app.runtime.tool_loop import ToolContext
+from app.runtime.transition import Compaction, Machinery, PolicyLookup, SessionState, Step, TransitionInput, step
 from app.runtime.writes import write_step
 from app.sessions.locking import Lease, SessionLocks
-from app.sessions.values import StaleHead, TurnResult
+from app.sessions.repositories import artifacts as artifacts_repo
+from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.repositories import tools as tools_repo
+from app.sessions.views import StaleHead, TurnResult
 from app.tool_calls import ToolCall
 
 log = logging.getLogger(__name__)

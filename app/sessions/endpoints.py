@@ -6,14 +6,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from app.api.consistency import ReadFromDep, stamp, token_responses
-from app.api.deps import ContainerDep, PrincipalDep
-from app.api.disconnect import until_disconnect
-from app.api.openapi import link
-from app.api.params import Cursor, ObjectId
-from app.api.problems import problem_doc
-from app.api.schemas.forget import job_out
-from app.api.schemas.sessions import (
+from app.engine.protocol import TokenSink
+from app.errors import InvalidRequest
+from app.forget.proposals import Proposal
+from app.forget.schemas import job_out
+from app.runtime.blocks import Observation
+from app.runtime.tool_catalog import normalize as normalize_tools
+from app.sessions.schemas import (
     ArtifactList,
     ArtifactOut,
     CompactionPolicy,
@@ -35,14 +34,15 @@ from app.api.schemas.sessions import (
     TurnRequest,
     UsageOut,
 )
-from app.api.sse import stream_turn
-from app.engine.protocol import TokenSink
-from app.errors import InvalidRequest
-from app.forget.proposals import Proposal
-from app.runtime.blocks import Observation
-from app.runtime.tool_catalog import normalize as normalize_tools
 from app.sessions.service import SessionService
-from app.sessions.values import ArtifactView, SessionConfig, SessionView, TurnResult
+from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult
+from app.web.consistency import ReadFromDep, stamp, token_responses
+from app.web.deps import ContainerDep, PrincipalDep
+from app.web.disconnect import until_disconnect
+from app.web.openapi import link
+from app.web.params import Cursor, ObjectId
+from app.web.problems import problem_doc
+from app.web.sse import stream_turn
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 

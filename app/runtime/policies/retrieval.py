@@ -13,17 +13,17 @@ produced again token for token.
 from __future__ import annotations
 
 from app.db.models import AgentSession
-from app.db.repositories.artifact_search import Neighbor
 from app.engine.protocol import TokenSink
 from app.errors import Conflict
 from app.runtime import retrieval
 from app.runtime.compaction import split_older
+from app.runtime.engine_calls import Outcome, sampling_for
 from app.runtime.provenance import RetrievedContext
 from app.runtime.records import records_for
 from app.runtime.salts import route_of, salt_of
-from app.runtime.step import NO_USAGE, Compacted, Machinery, Replied, SessionState, TransitionInput
 from app.runtime.tool_loop import ToolStep
-from app.runtime.transition import Outcome, sampling_for
+from app.runtime.transition import NO_USAGE, Compacted, Machinery, Replied, SessionState, TransitionInput
+from app.sessions.repositories.artifact_search import Neighbor
 
 
 class RetrievalTurns:

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.deps import ContainerDep
-from app.api.problems import PROBLEM_JSON, problem, problem_doc
+from app.web.deps import ContainerDep
+from app.web.problems import PROBLEM_JSON, problem, problem_doc
 
 router = APIRouter(tags=["operations"])
 

@@ -16,10 +16,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, Response
 
-from app.api.deps import PrincipalDep
 from app.db.consistency import HEADER, TOKEN_PATTERN, ConsistencyToken, ReadFrom, replica_after
-from app.db.session import Database
+from app.db.database import Database
 from app.errors import InvalidRequest
+from app.web.deps import PrincipalDep
 
 log = logging.getLogger(__name__)
 

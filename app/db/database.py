@@ -11,11 +11,11 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from app.db import wal
 from app.db.consistency import ConsistencyToken, ReadFrom
 from app.db.embedded import start_embedded_postgres, to_async_url
 from app.db.pools import APPLICATION_NAME, open_pg_pool
 from app.db.replicas import ReplicaConfig, ReplicaMiss, Replicas, parse_urls
-from app.db.repositories import wal
 from app.db.statements import OnConnection, Sql
 from app.observability.metrics import Metrics
 from app.settings import Settings
@@ -36,7 +36,7 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(
             # hide_parameters: a failing statement must not put memory values or artifact text into the log.
             # No pool_pre_ping: it cost a round trip per checkout, a quarter of the memory API's server time (py-spy).
-            # A connection found dead instead fails its request with 503 (app/api/problems.py), and SQLAlchemy then
+            # A connection found dead instead fails its request with 503 (app/web/problems.py), and SQLAlchemy then
             # replaces every pooled connection older than the failure, so one outage costs one 503 per process.
             self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False, hide_parameters=True,
             connect_args={"server_settings": {"application_name": APPLICATION_NAME}},

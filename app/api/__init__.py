@@ -1,1 +1,0 @@
-"""HTTP layer: thin routers over services. No SQL and no engine calls here."""

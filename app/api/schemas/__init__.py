@@ -1,1 +1,0 @@
-"""Request and response bodies of the HTTP API (../shared/API.md). Requests forbid unknown fields."""

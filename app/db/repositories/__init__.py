@@ -1,1 +1,0 @@
-"""Repositories own SQL: one module per aggregate, each function takes an AsyncSession."""

@@ -1,0 +1,1 @@
+"""SQL of forget jobs and of swapping a rebuilt session in."""

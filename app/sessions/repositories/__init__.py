@@ -1,0 +1,1 @@
+"""SQL of sessions, their artifacts, provenance edges, leases and tool ledger."""

@@ -1,0 +1,1 @@
+"""HTTP plumbing both front doors share (native and OpenAI-compatible): SSE, consistency, deps, problems."""
