@@ -20,7 +20,7 @@ from app.memory.service import MemoryService
 from app.observability.metrics import Metrics
 from app.openai_compat.chat import ChatService
 from app.openai_compat.service import CompatService
-from app.policies import POLICIES
+from app.policies import build_policies
 from app.sessions.service import SessionService
 from app.settings import Settings
 from app.tenants.service import TenantService
@@ -60,16 +60,17 @@ class Container:
     def __post_init__(self) -> None:
         settings = self.settings
         self.job_events = JobEvents(self.db.pg_url, self.forget_wake)
+        policies = build_policies()  # the one registry, handed to everything that resolves a session's policy
         sessions = SessionService(
-            self.db, self.engine, self.handles, self.embedder, POLICIES, lock_timeout_s=settings.session_lock_timeout_s,
+            self.db, self.engine, self.handles, self.embedder, policies, lock_timeout_s=settings.session_lock_timeout_s,
             lease_s=settings.session_lease_s, on_wait=self.metrics.session_waiters.inc,
         )
         forget = ForgetService(
-            self.db, self.engine, self.embedder, wait_s=settings.forget_wait_s, wake=self.forget_wake,
+            self.db, self.engine, self.embedder, policies, wait_s=settings.forget_wait_s, wake=self.forget_wake,
             events=self.job_events,
         )
         executor = ForgetExecutor(
-            self.db, self.engine, self.handles, sessions, self.metrics, self.embedder,
+            self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies,
             lock_timeout_s=settings.forget_lock_timeout_s,
         )
         self.services = Services(

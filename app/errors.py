@@ -1,4 +1,4 @@
-"""Typed domain errors. Services raise these; the API layer maps them once to problem+json (app/api/errors.py).
+"""Typed domain errors. Services raise these; the API layer maps them once to problem+json (app/web/problems.py).
 
 Each error carries its HTTP status, a stable `type` slug and optional extra members, so a client can branch on
 `type` instead of parsing `detail`.

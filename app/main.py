@@ -117,7 +117,7 @@ def create_app(
         title="Lethe",
         version=__version__,
         summary="Stateful LLM agent serving that can truly forget.",
-        description="Execution-state unlearning for stateful agents: see ../shared/API.md for the contract.",
+        description="Execution-state unlearning for stateful agents: see docs/API.md for the contract.",
         lifespan=lifespan,
     )
     install_problem_handlers(app)

@@ -1,12 +1,13 @@
 """The context policies: one object per policy, carrying its three halves, and the one registry of them.
 
-A session's `context_policy` names one; `POLICIES.of(session)` resolves it once per unit of work, and everything
-after that uses the object:
+A session's `context_policy` names one; the registry (`build_policies`, built once by the composition root)
+resolves it once per unit of work, and everything after that uses the object. Only the object knows its policy:
 
 - `provenance` (runtime/provenance.py): which artifacts a model output depends on, stored as edges;
 - `turns` (runtime/policies/full.py, runtime/policies/retrieval.py): what a reply's context is and how the engine
   computes it, for every transition the one transition function runs (runtime/transition.py);
-- `forget` (forget/per_policy.py): how a forget is carried out in such a session, for every strategy.
+- `forget` (forget/per_policy.py): how a forget is carried out in such a session, and which strategies it supports;
+- `check`: which session configurations it can honour (tools need a tool loop, a token budget a growing prompt).
 
 `full`: the whole prefix is the context, held by the engine's cache. `retrieval` (DeLLM): the preamble and the
 top-k stored messages most similar to the turn's question.
@@ -14,9 +15,9 @@ top-k stored messages most similar to the turn's question.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from app.db.models import AgentSession
 from app.errors import InvalidRequest
@@ -32,12 +33,26 @@ class ContextPolicy:
     name: str
     provenance: Provenance  # the parents rule of transitions that retrieved nothing (creation, empty transitions)
     turns: Turns
-    forget: ForgetPolicy
+    forget: ForgetPolicy  # also says which forget strategies it supports (`forget.supports`)
+    runs_tools: bool  # a reply may continue through tool calls (a retrieval reply is one prompt, with no loop)
+    prompt_grows: bool  # the prompt is the growing log, so a token budget can trigger compaction
+
+    def check(self, tools: Sequence[object], compaction: Mapping[str, Any]) -> None:
+        """What a session of this policy cannot honour is refused, not silently ignored."""
+        if tools and not self.runs_tools:
+            raise InvalidRequest(
+                f"tools need context_policy: full (a {self.name} session answers each turn in one prompt)"
+            )
+        if compaction.get("max_tokens") and not self.prompt_grows:
+            raise InvalidRequest(
+                f"compaction.max_tokens needs context_policy: full (a {self.name} session's prompt does not grow); "
+                f"POST /compact still summarizes a {self.name} session"
+            )
 
 
 class Policies:
-    """The registry (a `PolicyLookup` for the runtime and the sessions, which receive it from the composition
-    root rather than import it: they sit below the forget halves)."""
+    """The registry. The composition root (app/container.py) builds it and hands it to the sessions, the runtime and
+    the forget machinery, none of which imports it: they sit below the objects that join their halves."""
 
     def __init__(self, *policies: ContextPolicy) -> None:
         self._by_name: Final[Mapping[str, ContextPolicy]] = {p.name: p for p in policies}
@@ -51,12 +66,11 @@ class Policies:
         except KeyError:
             raise InvalidRequest(f"no context policy {name!r}; one of {', '.join(self._by_name)}") from None
 
-    @property
-    def names(self) -> list[str]:
-        return list(self._by_name)
 
-
-POLICIES: Final = Policies(
-    ContextPolicy("full", FullContext(), FullTurns(), FullForget()),
-    ContextPolicy("retrieval", RetrievedContext(), RetrievalTurns(), RetrievalForget()),
-)
+def build_policies() -> Policies:
+    return Policies(
+        ContextPolicy("full", FullContext(), FullTurns(), FullForget(), runs_tools=True, prompt_grows=True),
+        ContextPolicy(
+            "retrieval", RetrievedContext(), RetrievalTurns(), RetrievalForget(), runs_tools=False, prompt_grows=False
+        ),
+    )

@@ -5,12 +5,15 @@ It sits below every layer that validates input (the API's schemas, the webhook s
 from __future__ import annotations
 
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.text import REASON, unstorable_path
+
+# A name a client gives a thing (a tool, a model): short, and safe to echo in an error.
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 
 
 def unstorable_error(path: str) -> PydanticCustomError:

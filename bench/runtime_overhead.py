@@ -32,7 +32,7 @@ from app.engine.sampling import transition_seed
 from app.engine.session_caches import LocalSessionCaches
 from app.engine.slot import EngineSlot
 from app.ids import new_id
-from app.policies import POLICIES
+from app.policies import build_policies
 from app.runtime.blocks import Observation
 from app.sessions.service import SessionService
 from app.sessions.views import SessionConfig
@@ -131,7 +131,7 @@ async def main(sessions: int, turns: int, max_tokens: int, url: str | None, cach
     await engine.start()
     timed = TimedEngine(engine)
     service = SessionService(  # type: ignore[arg-type]
-        db, EngineSlot(timed), LocalSessionCaches(), MiniLMEmbedder(), POLICIES
+        db, EngineSlot(timed), LocalSessionCaches(), MiniLMEmbedder(), build_policies()
     )
     config = {"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens, "seed": 0, "stop": []}
     runtime_s, bare_s, engine_s, own_s = [], [], [], []

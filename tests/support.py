@@ -239,7 +239,7 @@ def rewired(container: Any, **settings: Any) -> Any:
 
 def cache_key(database_url: str, session_id: str) -> str:
     """The key a session's cache handle is kept under (app/runtime/salts.py `route_of`)."""
-    from app.runtime.salts import session_route
+    from app.runtime.routing import session_route
 
     [row] = sql(database_url, "SELECT tenant_id FROM sessions WHERE id = $1", session_id)
     return session_route(row["tenant_id"], session_id)

@@ -1,7 +1,7 @@
 """Static checks on the vLLM fleet's deployment files: the compose `fleet` profile, the Kubernetes manifests (vLLM
-workers, vllm-router with service discovery, Lethe's replicas, PostgreSQL), the Prometheus jobs, and the README's
-commands. Every `LETHE_*` variable they name is a setting; ports, selectors and URLs agree with each other; every
-vllm-router flag they use is one the installed router knows. Nothing here needs Docker or a cluster."""
+workers, vllm-router with service discovery, Lethe's replicas, PostgreSQL), the Prometheus jobs, and the commands of
+docs/deployment.md. Every `LETHE_*` variable they name is a setting; ports, selectors and URLs agree with each
+other; every vllm-router flag they use is one the installed router knows. Nothing here needs Docker or a cluster."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 K8S = ROOT / "deploy" / "k8s"
-README = ROOT / "README.md"
+DEPLOYMENT_DOC = ROOT / "docs" / "deployment.md"
 ROUTER_DOCKERFILE = ROOT / "deploy" / "router" / "Dockerfile"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lethe.json"
 SETTINGS = {f"LETHE_{name.upper()}" for name in Settings.model_fields}
@@ -77,8 +77,8 @@ def _ports(container: dict[str, Any]) -> dict[str, int]:
     return {p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in container.get("ports", [])}
 
 
-def _readme_fleet_section() -> str:
-    text = README.read_text(encoding="utf-8")
+def _fleet_section() -> str:
+    text = DEPLOYMENT_DOC.read_text(encoding="utf-8")
     start = text.index("## A vLLM fleet")
     end = text.find("\n## ", start + 1)
     return text[start : end if end > 0 else None]
@@ -91,8 +91,8 @@ def test_every_lethe_variable_the_fleet_files_name_is_a_setting() -> None:
     named: dict[str, set[str]] = {}
     for path in (COMPOSE, *sorted(K8S.glob("*.yaml"))):
         named[path.name] = set(LETHE_VAR_RE.findall(path.read_text(encoding="utf-8")))
-    named["README fleet section"] = set(LETHE_VAR_RE.findall(_readme_fleet_section()))
-    assert named["README fleet section"] >= {"LETHE_ENGINE", "LETHE_VLLM_URL"}
+    named["docs/deployment.md fleet section"] = set(LETHE_VAR_RE.findall(_fleet_section()))
+    assert named["docs/deployment.md fleet section"] >= {"LETHE_ENGINE", "LETHE_VLLM_URL"}
     for where, names in named.items():
         assert names <= SETTINGS, f"{where} names unknown settings {sorted(names - SETTINGS)}"
 
@@ -120,7 +120,7 @@ def test_compose_fleet_profile_routes_to_its_workers_with_fast_failover() -> Non
     assert int(_flag(router, "--health-check-interval-secs")) * int(_flag(router, "--health-failure-threshold")) <= 5
     assert set(services["vllm-router"]["depends_on"]) == set(workers)
     assert services["lethe"]["depends_on"]["vllm-router"]["required"] is False
-    # The URL the compose file and the README give Lethe for the fleet is the router's.
+    # The URL the compose file and docs/deployment.md give Lethe for the fleet is the router's.
     port = _flag(router, "--port")
     assert f"LETHE_VLLM_URL=http://vllm-router:{port}" in COMPOSE.read_text()
     assert [int(p.split(":")[-1]) for p in services["vllm-router"]["ports"]] == [int(port)]
@@ -215,15 +215,15 @@ def _router_flags_used() -> dict[str, set[str]]:
         "compose": set(FLAG_RE.findall(" ".join(services["vllm-router"]["command"]))),
         "k8s": set(FLAG_RE.findall(" ".join(_container(_named("Deployment", "vllm-router"))["args"]))),
         "bench/fleet.py": set(FLAG_RE.findall(" ".join(HEALTH_FLAGS))),
-        "README": set(),
+        "docs/deployment.md": set(),
     }
-    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", _readme_fleet_section(), re.S):
+    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", _fleet_section(), re.S):
         command = block.replace("\\\n", " ")
         for line in command.splitlines():
             found = ROUTER_FLAG_LINE_RE.search(line)
             if found:
-                used["README"] |= set(FLAG_RE.findall(found.group(0)))
-    assert used["README"], "the README's fleet section starts no vllm-router"
+                used["docs/deployment.md"] |= set(FLAG_RE.findall(found.group(0)))
+    assert used["docs/deployment.md"], "docs/deployment.md's fleet section starts no vllm-router"
     return used
 
 

@@ -254,10 +254,6 @@ class HFEngine:
             raise ValueError("the handle has no resident cache")
         return [(layer.keys, layer.values) for layer in state.cache.layers]
 
-    @property
-    def resident_bytes(self) -> int:
-        return self._pool.total_bytes
-
     # -- worker-thread implementations ------------------------------------------------------------------------------
 
     def _session(self, handle: CacheHandle) -> HandleState:

@@ -35,6 +35,7 @@ from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
 from app.forget.jobs import JobView, LeaseLost, Retry, view_of
 from app.forget.locate import Target
+from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
 from app.forget.replay import NeedsInput, Rebuilt
 from app.forget.repositories import jobs as jobs_repo
@@ -45,8 +46,7 @@ from app.forget.target_sessions import check_session, sessions_reached
 from app.memory import repository as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
-from app.policies import POLICIES
-from app.runtime.salts import session_route
+from app.runtime.routing import session_route
 from app.runtime.transition import Machinery
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.service import SessionService
@@ -63,6 +63,7 @@ class ForgetExecutor:
         sessions: SessionService,
         metrics: Metrics,
         embedder: Embedder,
+        policies: ForgetLookup,
         *,
         lock_timeout_s: float = 120.0,
     ) -> None:
@@ -72,6 +73,7 @@ class ForgetExecutor:
         self.sessions = sessions
         self.metrics = metrics
         self.embedder = embedder
+        self.policies = policies
         self.lock_timeout_s = lock_timeout_s
 
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
@@ -118,13 +120,13 @@ class ForgetExecutor:
                     found = await locate.find(tx, session, target, vector)
                     if found is None:
                         return receipt  # not (or no longer) in this session: nothing to forget there
-                    check_session(strategy, session)
+                    check_session(strategy, session, self.policies)
                     strategy.check(found.located)
                     similar: list[str] = []
                     if outputs and vector is not None:
                         similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
                     checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
-                policy = POLICIES.of(session)
+                policy = self.policies.of(session)
                 machinery = Machinery(self.slot.engine, self.handles, self.embedder, self.db)
                 work = SessionWork(
                     machinery, policy, session, found.rows, found.located, found.closure, checkpoints,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from app.db.models import AgentSession, Artifact, Checkpoint
 from app.errors import InvalidRequest
@@ -30,6 +30,7 @@ from app.forget.rewrite import append_instruction, rewrite
 from app.forget.session_work import Change, SessionWork
 from app.runtime.blocks import MODEL_KINDS
 from app.runtime.salts import rotates
+from app.runtime.transition import SessionPolicy
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class Estimate:
 class ForgetPolicy(Protocol):
     name: str
     holds_log: bool  # the session's cache holds its whole log (a rewrite re-prefills it from the first edit)
+
+    def supports(self, strategy: str) -> bool:
+        """Whether a forget strategy (strategies.py, by name) can forget in a session of this policy."""
+        ...
 
     async def selective(self, work: SessionWork) -> Change:
         """The session that never saw the target, recomputing only what the target reached."""
@@ -84,6 +89,9 @@ class ForgetPolicy(Protocol):
 class FullForget:
     name = "full"
     holds_log = True
+
+    def supports(self, strategy: str) -> bool:
+        return True
 
     async def selective(self, work: SessionWork) -> Change:
         tau = work.located.tau
@@ -145,6 +153,11 @@ class FullForget:
 class RetrievalForget:
     name = "retrieval"
     holds_log = False  # the cache holds only the preamble, never the store (runtime/retrieval.py)
+    # No running prompt to append an instruction to, and no tool calls for a sink policy to guard.
+    UNSUPPORTED: Final = frozenset({"forget_instruction", "ifc", "ifc_replay"})
+
+    def supports(self, strategy: str) -> bool:
+        return strategy not in self.UNSUPPORTED
 
     async def selective(self, work: SessionWork) -> Change:
         return await regen.regenerate(work, "selective")
@@ -163,7 +176,7 @@ class RetrievalForget:
         )
 
     async def instruct(self, work: SessionWork, instruction: str) -> Change:
-        raise InvalidRequest("a retrieval session has no running prompt to append an instruction to")
+        raise InvalidRequest("a retrieval session has no running prompt to append an instruction to")  # not supported
 
     def estimate(
         self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
@@ -182,6 +195,20 @@ class RetrievalForget:
 
     def rotates_salt(self, log_before: Sequence[int], log_after: Sequence[int]) -> bool:
         return rotates(log_before, log_after, retrieval=True)
+
+
+class PolicyWithForget(SessionPolicy, Protocol):
+    """A context policy as the forget machinery uses it: the runtime's halves and its forget half."""
+
+    @property
+    def forget(self) -> ForgetPolicy: ...
+
+
+class ForgetLookup(Protocol):
+    """The policy registry, handed down by the composition root (app/policies.py builds it; importing it from here
+    would make a cycle: it joins this package's halves with the runtime's)."""
+
+    def of(self, row: AgentSession) -> PolicyWithForget: ...
 
 
 def _checkpoint(restore: Restore) -> RestorePoint | None:

@@ -16,18 +16,18 @@ from app.forget import locate
 from app.forget.cost import full_reset_estimate
 from app.forget.jobs import JobView
 from app.forget.locate import Found, Target
+from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import MemoryEntry, SessionEntry, TokenCounts, TraceEntry
 from app.forget.state_swap import session_entry
 from app.forget.strategies import ForgetStrategy
 from app.forget.target_sessions import check_session
 from app.ids import new_id
-from app.policies import POLICIES
 from app.sessions.repositories import sessions as sessions_repo
 
 
 async def plan(
     db: Database, embedder: Embedder, tenant_id: str, target: Target, strategy: ForgetStrategy,
-    session_ids: Sequence[str], reason: str | None,
+    session_ids: Sequence[str], reason: str | None, policies: ForgetLookup,
 ) -> JobView:
     """The dry run of forgetting `target` with `strategy` in `session_ids`."""
     entries = []
@@ -42,10 +42,10 @@ async def plan(
             found = await locate.find(tx, session, target, vector)
             if found is None:
                 continue
-            check_session(strategy, session)
+            check_session(strategy, session, policies)
             strategy.check(found.located)
             checkpoints = await sessions_repo.checkpoints(tx, tenant_id, session_id)
-        entries.append(_planned(session, found, checkpoints, strategy))
+        entries.append(_planned(session, found, checkpoints, strategy, policies))
     memory = None
     if target.namespace is not None:
         assert target.key is not None
@@ -57,14 +57,15 @@ async def plan(
 
 
 def _planned(
-    session: AgentSession, found: Found, checkpoints: Sequence[Checkpoint], strategy: ForgetStrategy
+    session: AgentSession, found: Found, checkpoints: Sequence[Checkpoint], strategy: ForgetStrategy,
+    policies: ForgetLookup,
 ) -> SessionEntry:
     trace = [TraceEntry(artifact_id=e.artifact_id, kind=e.kind, turn=e.turn, why=e.why) for e in found.closure]
     full = full_reset_estimate(session.token_count, found.live_rows)
     if not strategy.replays:  # nothing regenerated: the change costs next to nothing
         tokens = TokenCounts(reused=0, recompute_estimate=0, full_reset_estimate=full)
         return session_entry(session, found.located, found.closure, tokens, trace=trace)
-    estimate = POLICIES.of(session).forget.estimate(
+    estimate = policies.of(session).forget.estimate(
         session, found.rows, found.located, found.closure, checkpoints, cold=strategy.cold
     )
     tokens = TokenCounts(

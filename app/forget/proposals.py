@@ -20,6 +20,7 @@ from app.errors import NotFound
 from app.forget import locate
 from app.forget.jobs import DEFAULT_STRATEGY, JobView, view_of
 from app.forget.locate import Target
+from app.forget.per_policy import ForgetLookup
 from app.forget.plain_words import MEANING_SIMILARITY, DeletionRequest, parse
 from app.forget.planner import plan
 from app.forget.receipts import JobReceipt
@@ -48,7 +49,8 @@ def deletion_request(observations: Sequence[Observation], *, generate: bool) -> 
 
 
 async def propose(
-    db: Database, embedder: Embedder, tenant_id: str, session_id: str, request: DeletionRequest
+    db: Database, embedder: Embedder, tenant_id: str, session_id: str, request: DeletionRequest,
+    policies: ForgetLookup,
 ) -> Proposal:
     """Match M for `request` in the session, plan its forget and store the plan as a `planned` job."""
     async with db.transaction() as tx:
@@ -66,7 +68,7 @@ async def propose(
         return Proposal(None, NOTHING_MATCHES)
     target = Target(session_id=session_id, artifact_ids=tuple(ids))
     strategy = STRATEGIES[DEFAULT_STRATEGY]
-    planned = await plan(db, embedder, tenant_id, target, strategy, [session_id], None)
+    planned = await plan(db, embedder, tenant_id, target, strategy, [session_id], None, policies)
     if not planned.sessions:
         return Proposal(None, NOTHING_MATCHES)
     async with db.transaction() as tx:

@@ -159,15 +159,12 @@ class _Regeneration:
             )
 
     async def _query_vector(self, own: Sequence[_Final]) -> list[float]:
-        """What the turn's retrieval searched with, as the runtime computes it (retrieval_turns.py): one
-        observation's own vector (its stored one, or the new one of a sanitized message), else the joined text
-        embedded. Re-checking every reply after a change must not embed again what the store already holds."""
-        if len(own) == 1:
-            known = self._known_vector(own[0])
-            if known is not None:
-                return known
+        """What the turn's retrieval searched with, by the runtime's one rule (`retrieval.query_vector`), given the
+        vectors the store already holds (its stored one, or the new one of a sanitized message): re-checking every
+        reply after a change must not embed again what the store already holds."""
         blocks = [Block(f.kind, f.content, f.token_ids) for f in own]
-        return (await self.work.m.embedder.embed([retrieval.query_text(blocks)]))[0]
+        known = [self._known_vector(own[0])] if len(own) == 1 else []
+        return await retrieval.query_vector(self.work.m.embedder, blocks, known)
 
     async def _remake(self, row: Artifact) -> None:
         """Regenerate output `row` over the store as it now stands (deleted when nothing is left to derive it from):

@@ -27,7 +27,7 @@ from app.forget.locate import Located
 from app.runtime.blocks import MODEL_KINDS, Observation, render
 from app.runtime.compaction import LiveRow
 from app.runtime.records import RUNTIME_META
-from app.runtime.salts import route_of
+from app.runtime.routing import route_of
 from app.runtime.tool_catalog import declared
 from app.runtime.tool_loop import ToolContext
 from app.runtime.transition import Compaction, Machinery, SessionPolicy, SessionState, Step, TransitionInput, step

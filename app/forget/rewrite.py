@@ -16,8 +16,8 @@ from typing import Any
 from app.db.models import AgentSession, Artifact
 from app.forget.replay import Rebuilt, entries_of, observation_of
 from app.runtime.blocks import MODEL_KINDS, Observation, assistant_block, render
-from app.runtime.records import stored_log
-from app.runtime.salts import route_of
+from app.runtime.records import chunk_recipe, stored_log
+from app.runtime.routing import route_of
 from app.runtime.transition import Machinery, SessionPolicy, SessionState, TransitionInput, step
 
 
@@ -92,7 +92,7 @@ async def rewrite(
         item["meta"] = meta
     if holds_log:
         if kept and len(tokens) > boundary:
-            kept[-1]["meta"]["chunks"] = {"at": boundary, "sizes": [len(tokens) - boundary]}
+            kept[-1]["meta"]["chunks"] = chunk_recipe(boundary, [len(tokens) - boundary])
         out.reused, out.prefilled = await _reprefill(m, session, tokens, boundary)
     out.updated = [
         {"id": k["row"].id, "content": k["content"], "token_ids": k["token_ids"], "token_start": k["token_start"],

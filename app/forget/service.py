@@ -24,6 +24,7 @@ from app.forget import planner, proposals
 from app.forget.cascade import JobCascade
 from app.forget.jobs import DEFAULT_STRATEGY, JobView, Submission, view_of
 from app.forget.locate import Target
+from app.forget.per_policy import ForgetLookup
 from app.forget.proposals import Proposal
 from app.forget.receipts import JobReceipt, MemoryEntry
 from app.forget.repositories import jobs as jobs_repo
@@ -38,12 +39,13 @@ WAIT_POLL_S = 1.0  # how often a waiter looks anyway (a lost notification costs 
 
 class ForgetService:
     def __init__(
-        self, db: Database, engine: EngineSlot, embedder: Embedder, *, wait_s: float = 60.0,
+        self, db: Database, engine: EngineSlot, embedder: Embedder, policies: ForgetLookup, *, wait_s: float = 60.0,
         wake: asyncio.Event | None = None, events: JobEvents | None = None,
     ) -> None:
         self.db = db
         self.slot = engine
         self.embedder = embedder
+        self.policies = policies
         self.wait_s = wait_s
         self.wake = wake
         self.events = events
@@ -64,7 +66,9 @@ class ForgetService:
                 raise NotFound(f"no artifact {target.artifact_id!r}")
             return view_of(earlier)
         if request.dry_run:
-            return await planner.plan(self.db, self.embedder, tenant_id, target, strategy, session_ids, request.reason)
+            return await planner.plan(
+                self.db, self.embedder, tenant_id, target, strategy, session_ids, request.reason, self.policies
+            )
         await self._check(tenant_id, target, strategy, session_ids)
         job_id = await self._enqueue(tenant_id, target, strategy, request.reason)
         self.notify()
@@ -79,7 +83,7 @@ class ForgetService:
         request = proposals.deletion_request(observations, generate=generate)
         if request is None:
             return None
-        return await proposals.propose(self.db, self.embedder, tenant_id, session_id, request)
+        return await proposals.propose(self.db, self.embedder, tenant_id, session_id, request, self.policies)
 
     async def confirm(self, tenant_id: str, request: Submission) -> JobView:
         """Run a stored plan: the job goes from `planned` to `queued` (with the strategy given now, if any). A plan
@@ -96,7 +100,7 @@ class ForgetService:
                 raise Conflict(f"forget plan {request.plan_id!r} was already confirmed")
             assert target.session_id is not None
             return await planner.plan(
-                self.db, self.embedder, tenant_id, target, strategy, [target.session_id], request.reason
+                self.db, self.embedder, tenant_id, target, strategy, [target.session_id], request.reason, self.policies
             )
         if job.status == "planned":
             await self.validate(tenant_id, target, strategy)
@@ -180,7 +184,7 @@ class ForgetService:
         if strategy.replays and session_ids and not await self.slot.available():
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
         async with self.db.transaction() as tx:
-            await check_target(tx, tenant_id, target, strategy, session_ids)
+            await check_target(tx, tenant_id, target, strategy, session_ids, self.policies)
 
     async def _enqueue(self, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None) -> str:
         receipt = JobReceipt()

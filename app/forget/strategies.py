@@ -29,19 +29,16 @@ paper measures. Only `selective_replay`, `full_reset` and `delete_dependents` ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Protocol
+from typing import Protocol
 
 from app.errors import InvalidRequest
 from app.forget.locate import Located, only_model_outputs
 from app.forget.per_policy import ForgetPolicy
 from app.forget.session_work import Change, SessionWork
 
-BOTH: Final = frozenset({"full", "retrieval"})
-
 
 class ForgetStrategy(Protocol):
     name: str
-    policies: frozenset[str]  # the context policies of the sessions it can forget in
     targets: frozenset[str] | None  # the target kinds it takes (None: any)
     matches_outputs: bool  # its matching reaches model outputs too (SessionWork.similar)
     replays: bool  # regenerates model outputs (needs a reply-capable engine and may take a while)
@@ -59,7 +56,6 @@ class ForgetStrategy(Protocol):
 
 class _Base:
     name = ""
-    policies: frozenset[str] = BOTH
     targets: frozenset[str] | None = None
     matches_outputs = False
     replays = False
@@ -128,7 +124,6 @@ class SanitizedRebuild(_Base):
 
 class ForgetInstruction(_Base):
     name = "forget_instruction"  # B2: append "forget z" and keep everything
-    policies = frozenset({"full"})  # a retrieval session has no running prompt to append to
 
     async def apply(self, work: SessionWork, policy: ForgetPolicy) -> Change:
         what = work.located.span or "the earlier message I asked you to forget"
@@ -156,7 +151,6 @@ class Ifc(_Base):
     context holds them fires; the contaminated state itself is left as it is."""
 
     name = "ifc"
-    policies = frozenset({"full"})  # a sink policy guards tool calls, and retrieval sessions have none
     flags_sources = True
     forgets_memory = False
 
@@ -166,7 +160,6 @@ class Ifc(_Base):
 
 class IfcReplay(SelectiveReplay):
     name = "ifc_replay"  # B9: the sink policy and selective replay together
-    policies = frozenset({"full"})
     flags_sources = True
 
 

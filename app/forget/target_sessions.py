@@ -7,6 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import AgentSession
 from app.errors import InvalidRequest, NotFound
 from app.forget.locate import Target, locate_in
+from app.forget.per_policy import ForgetLookup
 from app.forget.strategies import ForgetStrategy
 from app.memory.validation import check_key, check_namespace
 from app.sessions.repositories import artifacts as artifacts_repo
@@ -33,16 +34,17 @@ async def sessions_reached(tx: AsyncSession, tenant_id: str, target: Target) -> 
     return [target.session_id]
 
 
-def check_session(strategy: ForgetStrategy, session: AgentSession) -> None:
-    """422 for a strategy that cannot forget in this kind of session."""
-    if session.context_policy not in strategy.policies:
+def check_session(strategy: ForgetStrategy, session: AgentSession, policies: ForgetLookup) -> None:
+    """422 for a strategy that cannot forget in this kind of session (its policy says which it supports)."""
+    if not policies.of(session).forget.supports(strategy.name):
         raise InvalidRequest(
             f"{strategy.name} cannot forget in a session with context_policy {session.context_policy!r}"
         )
 
 
 async def check_target(
-    tx: AsyncSession, tenant_id: str, target: Target, strategy: ForgetStrategy, session_ids: list[str]
+    tx: AsyncSession, tenant_id: str, target: Target, strategy: ForgetStrategy, session_ids: list[str],
+    policies: ForgetLookup,
 ) -> None:
     """Refuse (422) what the strategy cannot do with this target in these sessions."""
     if strategy.targets is not None and target.kind not in strategy.targets:
@@ -50,7 +52,7 @@ async def check_target(
     sessions = [await sessions_repo.get(tx, tenant_id, i) for i in session_ids]
     for session in sessions:
         if session is not None:
-            check_session(strategy, session)
+            check_session(strategy, session, policies)
     if target.kind not in ("artifact", "text"):
         return
     session = sessions[0]

@@ -62,7 +62,7 @@ class McpMount:
                 raise NotReady("the MCP transport is not running yet", headers={"Retry-After": "1"})
             principal = await container.tenants.authenticate(request.headers.get("authorization"))
         except LetheError as error:
-            await error_response(request.url.path, error)(scope, receive, send)
+            await error_response(scope, error)(scope, receive, send)
             return
         inner: dict[str, Any] = {**scope, tools.SCOPE_KEY: tools.Caller(container, principal.tenant_id)}
         await self._manager.handle_request(inner, receive, send)

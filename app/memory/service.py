@@ -1,4 +1,4 @@
-"""Versioned memory records with durable tombstones: the rules of ../shared/API.md "Memory".
+"""Versioned memory records with durable tombstones: the rules of docs/API.md "Memory".
 
 Every key has a version that only grows. A write names the version it is based on (0: the key was never written)
 and lands only if the key is still at that version; a forget is a tombstone *version*, so a write based on anything

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from app.openai_compat import streaming
 from app.openai_compat.chat import ChatService
 from app.openai_compat.compatibility import check_include
-from app.openai_compat.errors import BadParameter
+from app.openai_compat.errors import OPENAI_ERRORS, BadParameter
 from app.openai_compat.items import check_text
 from app.openai_compat.schemas import (
     ChatCompletionCreate,
@@ -32,8 +32,16 @@ from app.web import sse
 from app.web.consistency import stamp, token_responses
 from app.web.deps import ContainerDep, PrincipalDep
 from app.web.disconnect import until_disconnect
+from app.web.problems import FormattedRoute
 
-router = APIRouter(prefix="/v1", tags=["openai-compatible"])
+
+class OpenAIRoute(FormattedRoute):
+    """Errors in OpenAI's body, which the official SDKs parse (their typed exceptions come from the status)."""
+
+    error_format = OPENAI_ERRORS
+
+
+router = APIRouter(prefix="/v1", tags=["openai-compatible"], route_class=OpenAIRoute)
 
 
 class ErrorDetail(BaseModel):

@@ -16,12 +16,6 @@ from fastapi.responses import JSONResponse
 
 from app.errors import LetheError
 
-PREFIXES = ("/v1/conversations", "/v1/responses", "/v1/chat/completions", "/v1/models")
-
-
-def is_compat_path(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in PREFIXES)
-
 
 class BadParameter(LetheError):
     """A parameter Lethe cannot honour, or a value it rejects: 400 naming it (never a silent ignore)."""
@@ -96,3 +90,24 @@ def from_validation(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
         message = f"Invalid value for {param!r}: {first.get('msg', 'invalid')}." if param else str(first.get("msg"))
     return response(400, message, param=param, code="invalid_value" if first.get("type") != "extra_forbidden"
                     else "unsupported_parameter")
+
+
+class OpenAIErrors:
+    """The compatible routes' `ErrorFormat` (app/web/problems.py)."""
+
+    def domain(self, error: LetheError, path: str) -> JSONResponse:
+        return from_lethe(error)
+
+    def validation(self, errors: Sequence[Mapping[str, Any]], path: str) -> JSONResponse:
+        return from_validation(errors)
+
+    def http(self, status: int, message: str | None, headers: Mapping[str, str], path: str) -> JSONResponse:
+        return response(status, message or _HTTP_MESSAGES.get(status, "HTTP error"), code=f"http_{status}",
+                        headers=headers)
+
+    def unexpected(self, path: str) -> JSONResponse:
+        return response(500, "an unexpected error occurred; see the server log", code="internal-error")
+
+
+_HTTP_MESSAGES = {404: "Not found", 405: "Method not allowed", 415: "Unsupported media type"}
+OPENAI_ERRORS = OpenAIErrors()

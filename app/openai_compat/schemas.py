@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.sessions.schemas import Name
+from app.request_model import Name
 
 
 class Request(BaseModel):
@@ -169,11 +169,6 @@ class ChatCompletionCreate(Request):
 
 class Answer(BaseModel):
     model_config = ConfigDict(extra="allow")
-
-
-class ForgetRef(BaseModel):
-    id: str
-    status: str
 
 
 class ConversationOut(Answer):

@@ -43,6 +43,12 @@ class TransitionRecords:
         return next(texts, None)
 
 
+def chunk_recipe(at: int, sizes: Sequence[int]) -> dict[str, Any]:
+    """The recipe a transition's last artifact carries (meta key "chunks"): the engine calls that built the cache
+    from token `at` on, as prefill sizes, so any process rebuilds the same cache (`stored_log` reads them back)."""
+    return {"at": at, "sizes": list(sizes)}
+
+
 def stored_log(log: Sequence[LogEntry]) -> StoredLog:
     """The log as the database has it, with the longest contiguous chunk recipe its artifacts carry."""
     tokens = [t for entry in log for t in entry.token_ids]
@@ -91,7 +97,7 @@ def records_for(
         else:
             sources = [artifact_id]  # an observation is a source: forgetting it starts from here
         if index == len(blocks) - 1 and outcome is not None and outcome.chunks is not None:
-            meta["chunks"] = {"at": outcome.chunks_at, "sizes": outcome.chunks}
+            meta["chunks"] = chunk_recipe(outcome.chunks_at, outcome.chunks)
         row = artifact_row(
             id=artifact_id, tenant_id=tenant_id, session_id=session_id, position=position, kind=block.kind, turn=turn,
             content=block.content, token_start=offset, token_ids=block.token_ids, source_ids=sources,

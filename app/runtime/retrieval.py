@@ -91,8 +91,21 @@ def context_tokens(engine: KVEngine, messages: Sequence[Neighbor]) -> list[int]:
 
 
 def query_text(observations: Sequence[Block]) -> str:
-    """What a turn's retrieval searches with: its observations' text."""
+    """Several observations' text, as one query."""
     return "\n".join(b.content for b in observations if b.kind in CONTEXT_KINDS)
+
+
+async def query_vector(
+    embedder: Embedder, observations: Sequence[Block], known: Sequence[list[float] | None] = ()
+) -> list[float]:
+    """What a turn's retrieval searches with, the one rule for a live turn and for a forget's regeneration of it (so
+    a regenerated reply whose store did not change retrieves what the original did): a lone observation's own
+    vector (`known[0]`, the one stored with it, when the caller has it), else the observations' text embedded."""
+    if len(observations) == 1:
+        if known and known[0] is not None:
+            return known[0]
+        return (await embedder.embed([observations[0].content]))[0]
+    return (await embedder.embed([query_text(observations)]))[0]
 
 
 async def embed_missing(db: Database, embedder: Embedder, session_id: str) -> None:

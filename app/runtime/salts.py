@@ -38,19 +38,6 @@ def salt_of(session: AgentSession) -> str:
     return session_salt(session.tenant_id, session.id, session.cache_generation or 0)
 
 
-def route_of(session: AgentSession) -> str:
-    """The key of a session's cache handles: what they are opened with and kept under (engine/session_caches.py);
-    on a fleet it is the `X-Session-ID` by which vllm-router keeps the session on one worker (engine/fleet.py). No
-    cache generation in it: a forget that moves the session to a new salt keeps its worker (and its clean prefix
-    cached there, where the salt did not change)."""
-    return session_route(session.tenant_id, session.id)
-
-
-def session_route(tenant_id: str, session_id: str) -> str:
-    """`route_of` for a session known by its ids."""
-    return f"{tenant_id}:{session_id}"
-
-
 def rotates(before: Sequence[int], after: Sequence[int], *, retrieval: bool = False) -> bool:
     """Whether a forget that turned the log `before` into `after` must give the session a new cache salt: when a
     request extending `after` could match `before`'s blocks past what `after` holds (`after` is a proper prefix of

@@ -24,7 +24,7 @@ from typing import Any
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.runtime.blocks import Block, Observation, render
 from app.runtime.engine_calls import Outcome, Synced, advance
-from app.runtime.tool_catalog import BUILTINS, declared, execute_builtin, parse_calls
+from app.runtime.tool_catalog import declared, execute_builtin, parse_calls
 from app.tool_calls import ToolCall
 
 
@@ -119,11 +119,6 @@ def _answer(ctx: ToolContext, call: ToolCall, step: ToolStep, sources: frozenset
     step.env_changed = True
     step.fired_now.append(call)
     return text, True
-
-
-def builtin_kind(name: str) -> str | None:
-    entry = BUILTINS.get(name)
-    return None if entry is None else entry[0]
 
 
 async def advance_with_tools(

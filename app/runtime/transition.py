@@ -15,7 +15,7 @@ copies staying identical (tests/forget/test_one_transition_function.py compares 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -149,10 +149,18 @@ class SessionPolicy(Protocol):
     @property
     def turns(self) -> Turns: ...
 
+    def check(self, tools: Sequence[object], compaction: Mapping[str, Any]) -> None:
+        """Refuse (InvalidRequest) a session configuration this policy cannot honour, before anything is stored."""
+        ...
+
 
 class PolicyLookup(Protocol):
     def of(self, row: AgentSession) -> SessionPolicy:
         """The session's policy object, resolved once per unit of work."""
+        ...
+
+    def named(self, name: str) -> SessionPolicy:
+        """The policy of that name (InvalidRequest when there is none)."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""What a transition writes, in the caller's transaction: the one writer of a `Step` (step.py), for a live turn or
+"""What a transition writes, in the caller's transaction: the one writer of a `Step` (transition.py), for a live turn or
 compaction (committed under the session's lease) and for every transition a forget's replay rebuilt (swapped in, in
 the forget's commit)."""
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from app.ids import new_id
 from app.runtime.checkpoints import manifest_sha256
-from app.runtime.salts import session_route
+from app.runtime.routing import session_route
 from app.sessions.repositories import branching as repo
 from app.sessions.repositories.branching import Row, Transitions
 from app.sessions.service import SessionService

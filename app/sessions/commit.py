@@ -28,7 +28,7 @@ from app.errors import Conflict, InvalidRequest
 from app.memory.service import write_summary_in
 from app.runtime.blocks import Observation, render
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
-from app.runtime.salts import route_of
+from app.runtime.routing import route_of
 from app.runtime.tool_loop import ToolContext
 from app.runtime.transition import Compaction, Machinery, PolicyLookup, SessionState, Step, TransitionInput, step
 from app.runtime.writes import write_step

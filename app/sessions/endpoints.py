@@ -120,20 +120,6 @@ def _tools(specs: list[ToolSpec]) -> list[dict[str, Any]]:
         raise InvalidRequest(str(exc)) from None
 
 
-def _check_retrieval(body: SessionCreate) -> None:
-    """What a retrieval session cannot honour is refused, not silently ignored: its replies are single prompts built
-    from retrieved messages, so there is no tool loop continuing a reply, and no prompt that grows past a budget."""
-    if body.context_policy != "retrieval":
-        return
-    if body.tools:
-        raise InvalidRequest("tools need context_policy: full (a retrieval session answers each turn in one prompt)")
-    if body.compaction.max_tokens:
-        raise InvalidRequest(
-            "compaction.max_tokens needs context_policy: full (a retrieval session's prompt does not grow); "
-            "POST /compact still summarizes a retrieval session"
-        )
-
-
 SESSION = "$response.body#/id"
 SESSION_LINKS = {
     "GetSession": link("get_session_v1_sessions__id__get", "Read it", id=SESSION),
@@ -154,7 +140,6 @@ SESSION_LINKS = {
 async def create_session(
     body: SessionCreate, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep, response: Response
 ) -> SessionOut:
-    _check_retrieval(body)
     if body.compaction.write_back and body.memory_namespace is None:
         raise InvalidRequest("compaction.write_back needs a memory_namespace")
     config = SessionConfig(

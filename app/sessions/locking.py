@@ -30,7 +30,7 @@ from app.db.database import Database
 from app.db.models import AgentSession
 from app.engine.session_caches import SessionCaches
 from app.errors import NotFound, SessionBusy
-from app.runtime.salts import session_route
+from app.runtime.routing import session_route
 from app.sessions.repositories import leases as leases_repo
 from app.sessions.repositories import sessions as sessions_repo
 

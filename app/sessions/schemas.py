@@ -7,13 +7,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.forget.schemas import ForgetJobOut
-from app.request_model import RequestModel
+from app.request_model import Name, RequestModel
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS
 from app.runtime.engine_calls import SAMPLING_DEFAULTS
 from app.runtime.retrieval import Params as RetrievalParams
 from app.runtime.tool_catalog import BUILTINS
-
-Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 
 
 class RetrievalConfig(RequestModel):

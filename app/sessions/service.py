@@ -24,7 +24,7 @@ from app.errors import Conflict, NotFound, NotReady
 from app.ids import new_id
 from app.memory.service import injectable_in
 from app.runtime.blocks import Block, Observation, memory_observation, render
-from app.runtime.salts import session_route
+from app.runtime.routing import session_route
 from app.runtime.tool_catalog import preamble as tool_preamble
 from app.runtime.transition import Machinery, PolicyLookup, SessionState, TransitionInput, step
 from app.runtime.writes import write_step
@@ -76,6 +76,7 @@ class SessionService:
     # -- sessions -----------------------------------------------------------------------------------------------
 
     async def create(self, tenant_id: str, config: SessionConfig) -> SessionView:
+        self.policies.named(config.context_policy).check(config.tools, config.compaction)
         blocks: list[Block] = []
         needs_engine = config.system_prompt is not None or bool(config.tools) or config.memory_namespace is not None
         engine = await self._engine() if needs_engine else self.slot.engine

@@ -1,21 +1,29 @@
-"""RFC 9457 problem+json: the one place that turns errors into HTTP answers."""
+"""The one place that turns errors into HTTP answers, in the format of the route that failed.
+
+Each error type declares its problem once (status, type slug, title: app/errors.py). How it is written is the
+route's: a router chooses its `ErrorFormat` by its route class (`FormattedRoute`); the native routes, and requests
+that matched no route, answer RFC 9457 problem+json (`PROBLEMS`). The OpenAI-compatible router answers OpenAI's
+error body (app/openai_compat/errors.py), so an SDK parses it.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
+from starlette.types import Scope
 
 from app.errors import DatabaseUnavailable, LetheError, NotFound
-from app.openai_compat import errors as compat
 from app.web.deps import authenticate_first
 from app.web.params import UNKNOWN_ID
 from app.web.schemas import ProblemDetails
@@ -89,23 +97,78 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
-def _unparsable_body(request: Request) -> JSONResponse:
+def _unparsable_body(path: str) -> JSONResponse:
     """A body FastAPI cannot even decode (not UTF-8) is a validation error like a body that is not JSON: 422."""
     body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
                    errors=[{"loc": ["body"], "msg": "the body is not JSON in UTF-8", "type": "json_invalid"}],
-                   instance=request.url.path)
+                   instance=path)
     return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
 
 
-def error_response(path: str, error: LetheError) -> JSONResponse:
-    """A domain error in the form its route speaks: OpenAI's error body on the compatible routes, else a problem."""
-    if compat.is_compat_path(path):
-        return compat.from_lethe(error)
-    return problem_response(error, instance=path)
+class ErrorFormat(Protocol):
+    """How a front door writes its errors."""
+
+    def domain(self, error: LetheError, path: str) -> JSONResponse: ...
+
+    def validation(self, errors: Sequence[Mapping[str, Any]], path: str) -> JSONResponse:
+        """A request that does not match the schema (`errors`: where and why, never the input)."""
+        ...
+
+    def http(self, status: int, message: str | None, headers: Mapping[str, str], path: str) -> JSONResponse:
+        """Routing and protocol errors (404, 405, 415, a body that does not parse...)."""
+        ...
+
+    def unexpected(self, path: str) -> JSONResponse: ...
+
+
+class ProblemFormat:
+    """RFC 9457 problem+json, the native routes' format."""
+
+    def domain(self, error: LetheError, path: str) -> JSONResponse:
+        return problem_response(error, instance=path)
+
+    def validation(self, errors: Sequence[Mapping[str, Any]], path: str) -> JSONResponse:
+        body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
+                       errors=list(errors), instance=path)
+        return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
+
+    def http(self, status: int, message: str | None, headers: Mapping[str, str], path: str) -> JSONResponse:
+        if status == 400:
+            return _unparsable_body(path)
+        title = _HTTP_TITLES.get(status, "HTTP error")
+        detail = message if message != title else None
+        body = problem(status, "http-" + str(status), title, detail, instance=path)
+        return JSONResponse(body, status_code=status, headers=dict(headers), media_type=PROBLEM_JSON)
+
+    def unexpected(self, path: str) -> JSONResponse:
+        body = problem(500, "internal-error", "Internal error", "an unexpected error occurred; see the server log",
+                       instance=path)
+        return JSONResponse(body, status_code=500, media_type=PROBLEM_JSON)
+
+
+PROBLEMS = ProblemFormat()
+
+
+class FormattedRoute(APIRoute):
+    """A route whose errors are written in its router's format: `APIRouter(route_class=...)` with a subclass that
+    sets `error_format`. FastAPI puts the matched route in the scope (a path that matched with another method too),
+    which is where the handlers below read it."""
+
+    error_format: ClassVar[ErrorFormat] = PROBLEMS
+
+
+def format_of(scope: Scope) -> ErrorFormat:
+    route = scope.get("route")
+    return route.error_format if isinstance(route, FormattedRoute) else PROBLEMS
+
+
+def error_response(scope: Scope, error: LetheError) -> JSONResponse:
+    """A domain error in the format of the route the request matched (problem+json when none)."""
+    return format_of(scope).domain(error, scope.get("path", ""))
 
 
 def _error_response(request: Request, error: LetheError) -> JSONResponse:
-    return error_response(request.url.path, error)
+    return error_response(request.scope, error)
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -122,11 +185,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         if any(e.get("type") == UNKNOWN_ID and tuple(e.get("loc", ()))[:1] == ("path",) for e in exc.errors()):
             # A path id that cannot exist (app/web/params.py) is an unknown id, answered before any lookup.
             return _error_response(request, NotFound("no object has this id"))
-        if compat.is_compat_path(request.url.path):
-            return compat.from_validation(_jsonable_errors(exc))
-        body = problem(422, "validation-error", "Invalid request", "the request does not match the schema",
-                       errors=_jsonable_errors(exc), instance=request.url.path)
-        return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
+        return format_of(request.scope).validation(_jsonable_errors(exc), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -138,15 +197,8 @@ def install_problem_handlers(app: FastAPI) -> None:
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             headers["Allow"] = allowed_methods(request)
-        title = _HTTP_TITLES.get(exc.status_code, "HTTP error")
-        if exc.status_code == 400 and not compat.is_compat_path(request.url.path):
-            return _unparsable_body(request)
-        if compat.is_compat_path(request.url.path):
-            message = exc.detail if isinstance(exc.detail, str) else title
-            return compat.response(exc.status_code, message, code=f"http_{exc.status_code}", headers=headers)
-        detail = exc.detail if isinstance(exc.detail, str) and exc.detail != title else None
-        body = problem(exc.status_code, "http-" + str(exc.status_code), title, detail, instance=request.url.path)
-        return JSONResponse(body, status_code=exc.status_code, headers=headers, media_type=PROBLEM_JSON)
+        message = exc.detail if isinstance(exc.detail, str) else None
+        return format_of(request.scope).http(exc.status_code, message, headers, request.url.path)
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
@@ -171,8 +223,4 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"path": request.url.path})
-        if compat.is_compat_path(request.url.path):
-            return compat.response(500, "an unexpected error occurred; see the server log", code="internal-error")
-        body = problem(500, "internal-error", "Internal error", "an unexpected error occurred; see the server log",
-                       instance=request.url.path)
-        return JSONResponse(body, status_code=500, media_type=PROBLEM_JSON)
+        return format_of(request.scope).unexpected(request.url.path)

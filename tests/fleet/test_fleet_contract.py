@@ -20,7 +20,8 @@ from app.engine.vllm_remote import RETRY_AFTER_S, VLLMRemoteEngine
 from app.errors import EngineUnavailable
 from app.observability.metrics import Metrics
 from app.runtime.engine_calls import use_salt
-from app.runtime.salts import route_of, salt_of
+from app.runtime.routing import route_of
+from app.runtime.salts import salt_of
 from tests.support import MODEL_CACHE
 
 BLOCK = 16  # the scripted workers' KV block

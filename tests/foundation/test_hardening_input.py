@@ -22,7 +22,6 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from app.openai_compat.errors import is_compat_path
 from tests.support import problem, sql
 
 MARK = "zqhardenzq"  # in every hostile string, so a scan of the database finds any that was stored
@@ -176,12 +175,17 @@ def max_lengths(spec: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def is_compat(operation: dict[str, Any]) -> bool:
+    """An operation of the OpenAI-compatible router (its own error format), by the tag that router gives its routes."""
+    return "openai-compatible" in operation.get("tags", [])
+
+
 def string_fields(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every string field (and free-form JSON field) of every JSON request body in the spec."""
-    for path, methods in spec["paths"].items():
-        if is_compat_path(path):
-            continue  # the OpenAI-compatible routes (their own error format) are not in this table yet
+    for methods in spec["paths"].values():
         for operation in methods.values():
+            if is_compat(operation):
+                continue  # the OpenAI-compatible routes (their own error format) are not in this table yet
             content = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if content is not None:
                 yield from _walk(spec, content["schema"], "", set())
@@ -286,9 +290,9 @@ def test_every_string_query_parameter_refuses_unstorable_text(client: httpx.Clie
     forged = {True: base64.urlsafe_b64encode(NUL.encode()).decode(), False: base64.urlsafe_b64encode(keyset).decode()}
     checked = 0
     for template, methods in spec["paths"].items():
-        if is_compat_path(template):
-            continue  # (as in string_fields)
         for method, operation in methods.items():
+            if is_compat(operation):
+                continue  # (as in string_fields)
             for parameter in operation.get("parameters", []):
                 if parameter["in"] != "query" or "string" not in json.dumps(parameter["schema"]):
                     continue
@@ -315,11 +319,12 @@ def test_invalid_utf8_and_cesu_encoded_surrogates_in_a_body_are_refused(client: 
 
 # -- authentication before validation -------------------------------------------------------------------------
 
-def operations(spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
+def operations(spec: dict[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    """(method, path template, whether the OpenAI-compatible router serves it) of every authenticated route."""
     for path, methods in spec["paths"].items():
         if path.startswith("/v1/") and path != "/v1/webhooks/detector":  # which authenticates by its signature
-            for method in methods:
-                yield method.upper(), path
+            for method, operation in methods.items():
+                yield method.upper(), path, is_compat(operation)
 
 
 MALFORMED: dict[str, dict[str, Any]] = {
@@ -336,14 +341,14 @@ def test_without_a_valid_key_a_malformed_request_is_401(anon: httpx.Client, cred
     auth = {"none": {}, "bad key": {"Authorization": "Bearer lethe_nope"}, "bad scheme": {"Authorization": "Basic x"}}
     spec = anon.get("/openapi.json").json()
     checked = 0
-    for method, template in operations(spec):
+    for method, template, compat in operations(spec):
         for segment in ("x", quote(NUL)):
             url = re.sub(r"\{[^}]+\}", segment, template)
             for name, request in MALFORMED.items():
                 response = anon.request(
                     method, url, content=request["content"], headers={**request["headers"], **auth[credentials]}
                 )
-                if is_compat_path(template):  # OpenAI's error body, which the SDK parses
+                if compat:  # OpenAI's error body, which the SDK parses
                     assert response.status_code == 401, (method, url, name, response.text)
                     assert response.json()["error"]["type"], response.text
                 else:

@@ -1,4 +1,5 @@
-"""openapi.yaml is generated from the app and covers every path of ../shared/API.md."""
+"""openapi.yaml is generated from the app and covers every path of the contract (docs/API.md, the copy of
+../shared/API.md), but the ones listed as not served yet."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ API_PATHS = [
     "/v1/forget/{id}", "/v1/webhooks/detector", "/v1/webhooks/deliveries", "/v1/memory/{namespace}/{key}",
     "/v1/memory/{namespace}:batch",
     "/v1/memory/{namespace}", "/v1/memory/{namespace}/{key}/history", "/healthz", "/readyz", "/metrics",
+]
+
+# Paths the contract names whose routes have not landed: the data-subject section (subjects, retention, legal holds)
+# is open work. Listed so the gap is visible and checked: a test below fails once any of them is served, so the list
+# can only shrink.
+NOT_YET_SERVED = [
+    "/v1/subjects/{id}", "/v1/subjects/{id}/erase", "/v1/subjects/{id}/export", "/v1/retention", "/v1/holds",
+    "/v1/holds/{id}",
 ]
 
 
@@ -43,8 +52,14 @@ def test_api_md_paths_are_the_ones_the_contract_lists() -> None:
     """The contract's copy in docs/API.md (committed, so every clone checks it) names no path the list above lacks."""
     mentioned = set(re.findall(r"`(?:GET|POST|PUT|DELETE) (/[^`\s]+)`", (ROOT / "docs" / "API.md").read_text()))
     assert mentioned, "docs/API.md names no path: the pattern above no longer matches it"
-    missing = [p for p in mentioned if _norm(p) not in {_norm(q) for q in API_PATHS}]
+    missing = [p for p in mentioned if _norm(p) not in {_norm(q) for q in API_PATHS + NOT_YET_SERVED}]
     assert not missing, f"API.md names paths this test does not check: {missing}"
+
+
+def test_the_paths_not_yet_served_are_not_served() -> None:
+    live = {_norm(p) for p in create_app(Settings(_env_file=None)).openapi()["paths"]}
+    landed = [p for p in NOT_YET_SERVED if _norm(p) in live]
+    assert not landed, f"served now: move them from NOT_YET_SERVED to API_PATHS: {landed}"
 
 
 def test_the_committed_contract_is_the_shared_one() -> None:

@@ -14,7 +14,8 @@ from app.runtime.compaction import compact, summary_room
 from app.runtime.engine_calls import check_room, rewind, sampling_for, sync
 from app.runtime.provenance import FullContext
 from app.runtime.records import TransitionRecords, stored_log
-from app.runtime.salts import route_of, salt_of
+from app.runtime.routing import route_of
+from app.runtime.salts import salt_of
 from app.runtime.tool_loop import advance_with_tools
 from app.runtime.transition import Compacted, Machinery, Replied, SessionState, TransitionInput
 

@@ -20,7 +20,8 @@ from app.runtime.compaction import split_older
 from app.runtime.engine_calls import Outcome, sampling_for
 from app.runtime.provenance import RetrievedContext
 from app.runtime.records import records_for
-from app.runtime.salts import route_of, salt_of
+from app.runtime.routing import route_of
+from app.runtime.salts import salt_of
 from app.runtime.tool_loop import ToolStep
 from app.runtime.transition import NO_USAGE, Compacted, Machinery, Replied, SessionState, TransitionInput
 from app.sessions.repositories.artifact_search import Neighbor
@@ -36,7 +37,7 @@ class RetrievalTurns:
         vectors = await self._vectors(m, t)
         if not t.generate:
             return Replied(Outcome(blocks, None, NO_USAGE, None, 0, None), ToolStep(), RetrievedContext(), vectors)
-        query = vectors[0] if len(blocks) == 1 else (await m.embedder.embed([retrieval.query_text(blocks)]))[0]
+        query = await retrieval.query_vector(m.embedder, blocks, vectors)
         view = t.view
         async with m.db.transaction() as tx:
             context = await retrieval.retrieve(
