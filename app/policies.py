@@ -4,7 +4,7 @@ A session's `context_policy` names one; the registry (`build_policies`, built on
 resolves it once per unit of work, and everything after that uses the object. Only the object knows its policy:
 
 - `provenance` (runtime/provenance.py): which artifacts a model output depends on, stored as edges;
-- `turns` (runtime/policies/full.py, runtime/policies/retrieval.py): what a reply's context is and how the engine
+- `transitions` (runtime/policies/full.py, runtime/policies/retrieval.py): what a reply's context is and how the engine
   computes it, for every transition the one transition function runs (runtime/transition.py);
 - `forget` (forget/per_policy.py): how a forget is carried out in such a session, and which strategies it supports;
 - `check`: which session configurations it can honour (tools need a tool loop, a token budget a growing prompt).
@@ -22,17 +22,17 @@ from typing import Any, Final
 from app.db.models import AgentSession
 from app.errors import InvalidRequest
 from app.forget.per_policy import ForgetPolicy, FullForget, RetrievalForget
-from app.runtime.policies.full import FullTurns
-from app.runtime.policies.retrieval import RetrievalTurns
+from app.runtime.policies.full import FullTransitions
+from app.runtime.policies.retrieval import RetrievalTransitions
 from app.runtime.provenance import FullContext, Provenance, RetrievedContext
-from app.runtime.transition import Turns
+from app.runtime.transition import TransitionHalf
 
 
 @dataclass(frozen=True)
 class ContextPolicy:
     name: str
     provenance: Provenance  # the parents rule of transitions that retrieved nothing (creation, empty transitions)
-    turns: Turns
+    transitions: TransitionHalf
     forget: ForgetPolicy  # also says which forget strategies it supports (`forget.supports`)
     runs_tools: bool  # a reply may continue through tool calls (a retrieval reply is one prompt, with no loop)
     prompt_grows: bool  # the prompt is the growing log, so a token budget can trigger compaction
@@ -69,8 +69,9 @@ class Policies:
 
 def build_policies() -> Policies:
     return Policies(
-        ContextPolicy("full", FullContext(), FullTurns(), FullForget(), runs_tools=True, prompt_grows=True),
+        ContextPolicy("full", FullContext(), FullTransitions(), FullForget(), runs_tools=True, prompt_grows=True),
         ContextPolicy(
-            "retrieval", RetrievedContext(), RetrievalTurns(), RetrievalForget(), runs_tools=False, prompt_grows=False
+            "retrieval", RetrievedContext(), RetrievalTransitions(), RetrievalForget(),
+            runs_tools=False, prompt_grows=False,
         ),
     )

@@ -1,7 +1,7 @@
 """Which cache handle a session's next transition starts from: session id → the engine handle last used for it.
 
 A handle is an optimisation, never the truth: before each transition the runtime compares the handle's log with the
-log stored in the database and crops or extends it (runtime/transition.sync), so a stale handle (another process ran
+log stored in the database and crops or extends it (runtime/engine_calls.sync), so a stale handle (another process ran
 turns, a forget rewrote the suffix) costs work, not correctness. Hence handles can be forgotten freely.
 
 - `LocalSessionCaches`: the engine runs in this process (hf, in-process vLLM, or a vLLM fleet called directly). The

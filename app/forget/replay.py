@@ -4,7 +4,7 @@ Given a session's artifacts, the located target and a restore point c (a checkpo
 
 - transitions ≤ c are kept: their artifacts stay, and the cache is cropped to their end (Lemma 1: a crop restores);
 - transitions c+1 .. from_turn-1 (the gap a coarse checkpoint policy leaves) are clean: their artifacts stay and
-  the first replayed transition re-prefills their recorded tokens along their recorded chunks (transition.sync),
+  the first replayed transition re-prefills their recorded tokens along their recorded chunks (engine_calls.sync),
   which reproduces the cache bit for bit;
 - transitions from_turn .. T are run again by the runtime's one transition function (runtime/transition.py) with the
   sanitized observations: the same policy, the same per-transition seeds, the same records and checkpoints as a turn,

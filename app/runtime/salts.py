@@ -19,7 +19,7 @@ them out of reach is who may send their salt and which logs those requests carry
   the prefix argument does not hold there: every forget that changes such a session bumps its generation.
 
 The hf engine keeps no shared cache: the salt means nothing to it, and a bumped salt changes nothing there
-(transition.sync re-labels the handle instead of rebuilding it).
+(engine_calls.sync re-labels the handle instead of rebuilding it).
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 A live turn, a compaction (asked for, or over the token budget), a forget's replay of transitions τ..T, a retrieval
 session's regeneration of one reply or summary, and the forget-instruction baseline's appended message all call
-`step`. It resolves the transition's context through the session's policy object (turns.py of each policy: the
-engine calls of transition.py with the tool loop of tool_loop.py, or a retrieved prompt), samples with the transition's
-own seed (transition.sampling_for), and computes everything the transition writes: its artifacts with exact token
-spans and provenance edges (records.py), its checkpoints (checkpoints.py), the tools' environment after it, what a
-compaction archived, the vectors a retrieval session stores. It writes nothing: a turn commits the `Step` under the
+`step`. It resolves the transition's context through the session's policy object (its transition half,
+policies/full.py or policies/retrieval.py: the engine calls of engine_calls.py with the tool loop of tool_loop.py, or a
+retrieved prompt), samples with the transition's own seed (engine_calls.sampling_for), and computes everything the
+transition writes: its artifacts with exact token spans and provenance edges (records.py), its checkpoints
+(checkpoints.py), the tools' environment after it, what a compaction archived, the vectors a retrieval session
+stores. It writes nothing: a turn commits the `Step` under the
 session's lease (writes.py, `write_step`), and a forget swaps its steps in with the same writer. So a replayed
 transition and the original are computed by the same code from the same inputs, and exactness never depends on two
 copies staying identical (tests/forget/test_one_transition_function.py compares them artifact by artifact).
@@ -98,7 +99,7 @@ class TransitionInput:
     view: RetrievalView | None = None  # a regeneration's store
 
 
-# -- a policy's turn half ----------------------------------------------------------------------------------------
+# -- a policy's transition half --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,8 @@ class Compacted:
     vectors: dict[str, list[float]] = field(default_factory=dict)
 
 
-class Turns(Protocol):
-    """A context policy's turn half: what a reply's context is, and how it is computed on the engine."""
+class TransitionHalf(Protocol):
+    """A context policy's transition half: what a reply's context is, and how it is computed on the engine."""
 
     async def reply(
         self, m: Machinery, row: AgentSession, state: SessionState, t: TransitionInput, on_tokens: TokenSink | None
@@ -147,7 +148,7 @@ class SessionPolicy(Protocol):
         ...
 
     @property
-    def turns(self) -> Turns: ...
+    def transitions(self) -> TransitionHalf: ...
 
     def check(self, tools: Sequence[object], compaction: Mapping[str, Any]) -> None:
         """Refuse (InvalidRequest) a session configuration this policy cannot honour, before anything is stored."""
@@ -200,7 +201,7 @@ async def step(
     it writes. Transition 0 (the system block and injected memory) and an empty transition (no observation, no
     reply: what a forget leaves where an observation held only the target) touch no engine."""
     if t.compaction is not None:
-        done = await policy.turns.compact(m, row, state, t)
+        done = await policy.transitions.compact(m, row, state, t)
         return Step(
             t.turn, done.records, _marks(row, t.turn, done.records), done.usage, done.finish_reason,
             archived=done.archived, embeddings=done.vectors, summary=(done.summary_id, done.summary),
@@ -208,7 +209,7 @@ async def step(
     if t.turn == 0 or (not t.blocks and not t.generate):
         records = records_for(row.tenant_id, row.id, t.turn, state.log, t.blocks, None, policy.provenance, t.keep_ids)
         return Step(t.turn, records, _marks(row, t.turn, records), NO_USAGE)
-    replied = await policy.turns.reply(m, row, state, t, on_tokens)
+    replied = await policy.transitions.reply(m, row, state, t, on_tokens)
     outcome = replied.outcome
     records = records_for(
         row.tenant_id, row.id, t.turn, state.log, outcome.blocks, outcome, replied.provenance,

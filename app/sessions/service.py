@@ -1,7 +1,7 @@
 """The session service: the one facade the routers, the OpenAI-compatible layer and the forget service use.
 
 It creates, reads, lists and deletes sessions and answers artifact queries itself; transitions (turns, compactions)
-are turns.py, the session lease is locking.py.
+are commit.py, the session lease is locking.py.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The context policies' turn halves: what a reply's context is and how the engine computes it."""
+"""The context policies' transition halves: what a reply's context is and how the engine computes it."""

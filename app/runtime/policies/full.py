@@ -1,7 +1,8 @@
-"""The `full` context policy's turn half: a reply sees the whole log, which the engine's cache holds between turns.
+"""The `full` context policy's transition half: a reply sees the whole log, which the engine's cache holds between
+turns.
 
-A transition catches the session's cache handle up with the log it starts from (transition.sync: the stored log for a
-turn, the rebuilt one for a replay), runs the transition on it with the session's tools (tooling.advance_with_tools),
+A transition catches the session's cache handle up with the log it starts from (engine_calls.sync: the stored log for a
+turn, the rebuilt one for a replay), runs the transition on it with the session's tools (tool_loop.advance_with_tools),
 and leaves the handle at the transition's end; a compaction replaces the older turns in the prompt with a summary
 (compaction.py), so the cache then holds the compacted prompt.
 """
@@ -22,7 +23,7 @@ from app.runtime.transition import Compacted, Machinery, Replied, SessionState, 
 PROVENANCE = FullContext()
 
 
-class FullTurns:
+class FullTransitions:
     async def reply(
         self, m: Machinery, row: AgentSession, state: SessionState, t: TransitionInput, on_tokens: TokenSink | None
     ) -> Replied:

@@ -1,5 +1,5 @@
-"""The `retrieval` context policy's turn half (DeLLM, retrieval.py): a reply sees the preamble and the stored messages
-retrieved for its question, and every message gets its embedding in the commit that stores it.
+"""The `retrieval` context policy's transition half (DeLLM, retrieval.py): a reply sees the preamble and the stored
+messages retrieved for its question, and every message gets its embedding in the commit that stores it.
 
 A compaction writes a summary message derived from the older messages, which stay in the store (a prompt holds only
 what retrieval picks, so nothing needs to leave it). Its parents are its sources, so deleting one reaches it, and a
@@ -27,7 +27,7 @@ from app.runtime.transition import NO_USAGE, Compacted, Machinery, Replied, Sess
 from app.sessions.repositories.artifact_search import Neighbor
 
 
-class RetrievalTurns:
+class RetrievalTransitions:
     async def reply(
         self, m: Machinery, row: AgentSession, state: SessionState, t: TransitionInput, on_tokens: TokenSink | None
     ) -> Replied:
