@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from app.db.models import AgentSession
 from app.errors import InvalidRequest
 from app.forget.per_policy import ForgetPolicy, FullForget, RetrievalForget
+from app.registry import Registry
 from app.runtime.policies.full import FullTransitions
 from app.runtime.policies.retrieval import RetrievalTransitions
 from app.runtime.provenance import FullContext, Provenance, RetrievedContext
@@ -50,25 +51,17 @@ class ContextPolicy:
             )
 
 
-class Policies:
+class Policies(Registry[ContextPolicy]):
     """The registry. The composition root (app/container.py) builds it and hands it to the sessions, the runtime and
     the forget machinery, none of which imports it: they sit below the objects that join their halves."""
-
-    def __init__(self, *policies: ContextPolicy) -> None:
-        self._by_name: Final[Mapping[str, ContextPolicy]] = {p.name: p for p in policies}
 
     def of(self, row: AgentSession) -> ContextPolicy:
         return self.named(row.context_policy)
 
-    def named(self, name: str) -> ContextPolicy:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise InvalidRequest(f"no context policy {name!r}; one of {', '.join(self._by_name)}") from None
-
 
 def build_policies() -> Policies:
     return Policies(
+        "context policy",
         ContextPolicy("full", FullContext(), FullTransitions(), FullForget(), runs_tools=True, prompt_grows=True),
         ContextPolicy(
             "retrieval", RetrievedContext(), RetrievalTransitions(), RetrievalForget(),

@@ -79,7 +79,7 @@ class ForgetExecutor:
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
         started = time.monotonic()
         target = Target.from_dict(job.target)
-        strategy = STRATEGIES[job.strategy]
+        strategy = STRATEGIES.named(job.strategy)
         receipt = JobReceipt.load(job.receipt)
         try:
             async with self.db.transaction() as tx:
@@ -235,7 +235,7 @@ class ForgetExecutor:
 
     async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
         """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""
-        target, strategy = Target.from_dict(job.target), STRATEGIES[job.strategy]
+        target, strategy = Target.from_dict(job.target), STRATEGIES.named(job.strategy)
         receipt = JobReceipt.load(job.receipt)
         return await self._finish(job, owner, target, strategy, receipt, time.monotonic(), error=why)
 

@@ -67,7 +67,7 @@ async def propose(
     if not ids:
         return Proposal(None, NOTHING_MATCHES)
     target = Target(session_id=session_id, artifact_ids=tuple(ids))
-    strategy = STRATEGIES[DEFAULT_STRATEGY]
+    strategy = STRATEGIES.named(DEFAULT_STRATEGY)
     planned = await plan(db, embedder, tenant_id, target, strategy, [session_id], None, policies)
     if not planned.sessions:
         return Proposal(None, NOTHING_MATCHES)

@@ -55,7 +55,7 @@ class ForgetService:
             return await self.confirm(tenant_id, request)
         assert request.target is not None
         target = Target.from_dict(request.target)
-        strategy = STRATEGIES[request.strategy or DEFAULT_STRATEGY]
+        strategy = STRATEGIES.named(request.strategy or DEFAULT_STRATEGY)
         async with self.db.transaction() as tx:
             session_ids = await sessions_reached(tx, tenant_id, target)
         if session_ids is None:  # an artifact that no longer exists: a repeated forget answers the first one
@@ -94,7 +94,7 @@ class ForgetService:
             if job is None:
                 raise NotFound(f"no forget plan {request.plan_id!r}")
             target = Target.from_dict(job.target)
-            strategy = STRATEGIES[request.strategy or job.strategy]
+            strategy = STRATEGIES.named(request.strategy or job.strategy)
         if request.dry_run:
             if job.status != "planned":
                 raise Conflict(f"forget plan {request.plan_id!r} was already confirmed")

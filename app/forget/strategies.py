@@ -28,13 +28,13 @@ paper measures. Only `selective_replay`, `full_reset` and `delete_dependents` ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from app.errors import InvalidRequest
 from app.forget.locate import Located, only_model_outputs
 from app.forget.per_policy import ForgetPolicy
 from app.forget.session_work import Change, SessionWork
+from app.registry import Registry
 
 
 class ForgetStrategy(Protocol):
@@ -186,11 +186,8 @@ def _refuse_outputs_only(name: str, located: Located) -> None:
         )
 
 
-STRATEGIES: Mapping[str, ForgetStrategy] = {
-    s.name: s
-    for s in (
-        SelectiveReplay(), FullReset(), DeleteDependents(), SanitizeNoReplay(), SourceRedaction(),
-        SanitizedRebuild(), ForgetInstruction(), NoForget(), MemoryDelete(), Ifc(), IfcReplay(),
-        SemanticDeletion(),
-    )
-}
+STRATEGIES: Final[Registry[ForgetStrategy]] = Registry(
+    "forget strategy",
+    SelectiveReplay(), FullReset(), DeleteDependents(), SanitizeNoReplay(), SourceRedaction(), SanitizedRebuild(),
+    ForgetInstruction(), NoForget(), MemoryDelete(), Ifc(), IfcReplay(), SemanticDeletion(),
+)

@@ -223,7 +223,7 @@ class CompatService:
     ) -> Deleted:
         conv, session = await self._conversation(tenant_id, conversation_id)
         if strategy is not None and strategy not in STRATEGIES:
-            raise BadParameter("lethe_strategy", f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+            raise BadParameter("lethe_strategy", f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES.names)}")
         row = await self._item_row(tenant_id, session, item_id)
         if strategy is None and row.kind in MODEL_ARTIFACTS:
             strategy = "delete_dependents"  # replaying from the same inputs would sample it again

@@ -28,8 +28,10 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from app.registry import Registry
 from app.tool_calls import ToolCall, canonical
 
 ToolKind = Literal["read_only", "consequential"]
@@ -75,21 +77,31 @@ def preamble(tools: Sequence[Mapping[str, Any]]) -> str:
 
 # -- the built-in environment ---------------------------------------------------------------------------------
 
-BUILTINS: Final[dict[str, tuple[ToolKind, str, dict[str, Any]]]] = {
-    "get_balance": ("read_only", "The account balance.", {"type": "object", "properties": {}}),
-    "list_transfers": ("read_only", "Transfers made so far.", {"type": "object", "properties": {}}),
-    "transfer": (
-        "consequential", "Send money from the account.",
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    kind: ToolKind
+    description: str
+    parameters: dict[str, Any]
+
+
+_NO_PARAMETERS: Final[dict[str, Any]] = {"type": "object", "properties": {}}
+BUILTINS: Final[Registry[Builtin]] = Registry(
+    "built-in tool",
+    Builtin("get_balance", "read_only", "The account balance.", _NO_PARAMETERS),
+    Builtin("list_transfers", "read_only", "Transfers made so far.", _NO_PARAMETERS),
+    Builtin(
+        "transfer", "consequential", "Send money from the account.",
         {"type": "object", "properties": {"to": {"type": "string"}, "amount": {"type": "number"}},
          "required": ["to", "amount"]},
     ),
-    "list_events": ("read_only", "Calendar events.", {"type": "object", "properties": {}}),
-    "add_event": (
-        "consequential", "Add a calendar event.",
+    Builtin("list_events", "read_only", "Calendar events.", _NO_PARAMETERS),
+    Builtin(
+        "add_event", "consequential", "Add a calendar event.",
         {"type": "object", "properties": {"title": {"type": "string"}, "date": {"type": "string"}},
          "required": ["title", "date"]},
     ),
-}
+)
 
 
 def execute_builtin(state: Mapping[str, Any], call: ToolCall) -> tuple[dict[str, Any], str]:
@@ -138,8 +150,9 @@ def normalize(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         names.add(name)
         if spec.get("builtin"):
             if name not in BUILTINS:
-                raise ValueError(f"no built-in tool {name!r}; built-ins: {', '.join(sorted(BUILTINS))}")
-            kind, description, parameters = BUILTINS[name]
+                raise ValueError(f"no built-in tool {name!r}; built-ins: {', '.join(sorted(BUILTINS.names))}")
+            builtin = BUILTINS.named(name)
+            kind, description, parameters = builtin.kind, builtin.description, copy.deepcopy(builtin.parameters)
             if spec.get("kind") not in (None, kind):
                 raise ValueError(f"the built-in {name!r} is {kind}")
             spec["kind"] = kind

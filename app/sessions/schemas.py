@@ -24,8 +24,8 @@ def _tool_rules(schema: dict[str, Any]) -> None:
     schema["if"] = {"required": ["builtin"], "properties": {"builtin": {"const": True}}}
     schema["then"] = {
         "anyOf": [
-            {"properties": {"name": {"const": name}, "kind": {"enum": [kind, None]}}}
-            for name, (kind, _, _) in BUILTINS.items()
+            {"properties": {"name": {"const": builtin.name}, "kind": {"enum": [builtin.kind, None]}}}
+            for builtin in BUILTINS
         ]
     }
 

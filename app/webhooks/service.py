@@ -79,7 +79,7 @@ class DetectorWebhooks:
         if flag.artifact_id is not None and flag.text is not None:
             # The span inside the flagged observation: forget the span where it occurs in the session.
             target = Target(session_id=flag.session_id, text=flag.text)
-        strategy = STRATEGIES[STRATEGY]
+        strategy = STRATEGIES.named(STRATEGY)
         await self.forget.validate(tenant_id, target, strategy)
         reason = f"detector {flag.detector}" + (f" (score {flag.score:.3f})" if flag.score is not None else "")
         async with self.db.transaction() as tx:
