@@ -25,6 +25,8 @@ A unit is an entry of the layer map (the longest one holding a module): `app.ses
 are different units. Units must not import each other in a cycle either, even on one layer: a cycle between two
 packages of one layer hides from a check of layers and of module cycles alone.
 
+All SQL lives in repositories (`<domain>/repository.py`, `<domain>/repositories/`) and in app/db.
+
 Imports under `if TYPE_CHECKING:` count: a cycle hidden from the interpreter is still a cycle for the reader.
 """
 
@@ -177,6 +179,40 @@ def test_no_import_cycles() -> None:
 def test_no_cycles_between_units() -> None:
     units = _unit_graph(_imports(_modules()))
     assert _cycles(units, sorted(LAYERS)) == []
+
+
+SQL_BUILDERS = frozenset({"select", "insert", "update", "delete", "text", "func", "literal_column", "bindparam"})
+
+
+def _writes_sql(tree: ast.AST) -> list[str]:
+    """What in a module writes SQL: SQLAlchemy's statement builders imported, or a `Statement` built."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sqlalchemy"):
+            found += [f"imports {a.name}" for a in node.names if a.name in SQL_BUILDERS]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Statement":
+            found.append("builds a Statement")
+    return found
+
+
+def _may_write_sql(module: str) -> bool:
+    """Repositories, and app/db for the database's own operations (migrations, health, the WAL position)."""
+    return module.startswith("app.db.") or ".repositories." in module or module.endswith(".repository")
+
+
+def test_sql_lives_in_repositories() -> None:
+    outside = {
+        name: found
+        for name, path in _modules().items()
+        if not _may_write_sql(name) and (found := _writes_sql(ast.parse(path.read_text())))
+    }
+    assert outside == {}
+
+
+def test_the_sql_check_sees_sql_outside_a_repository() -> None:
+    tree = ast.parse("from sqlalchemy import select\nQ = Statement('SELECT 1')\n")
+    assert _writes_sql(tree) == ["imports select", "builds a Statement"]
+    assert not _may_write_sql("app.memory.catalog") and _may_write_sql("app.memory.repository")
 
 
 def test_modules_stay_readable_in_one_sitting() -> None:
