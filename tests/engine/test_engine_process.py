@@ -7,15 +7,22 @@ the handle stays usable; a handle the engine process lost (restart) is opened ag
 recipe and continues bit for bit; two workers share one cache per session; bad arguments and a dead engine process
 raise what the runtime expects (ValueError, EngineUnavailable); an operation runs at the priority of the worker
 task that sent it (app/engine/priority.py).
+
+The wire (wire.py, messages.py, codec.py): every operation and its answer survive a round trip as the same typed
+message; a malformed message is a protocol error for its call alone (the connection serves on); an error crosses by
+its kind, decided by type: an engine bug (an AttributeError included) reaches the worker as an internal error (500),
+never as "not ready" (503), which only an engine process still loading answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -24,16 +31,16 @@ from app.embeddings import MiniLMEmbedder
 from app.engine.hf import HFEngine
 from app.engine.model_store import resolve_model
 from app.engine.priority import Priority, engine_priority, measure_wait
+from app.engine.process import messages as m
+from app.engine.process import wire
 from app.engine.process.client import EngineClient
 from app.engine.process.proxies import EngineProcessCaches
 from app.engine.process.server import EngineServer
-from app.engine.protocol import Sampling
+from app.engine.protocol import CacheHandle, Generation, Sampling, TokenUsage
 from app.engine.slot import EngineSlot
-from app.errors import EngineUnavailable
+from app.errors import EngineUnavailable, LetheError, NotReady
 from tests.engine.engine_helpers import GREEDY, conversation, sampled
 from tests.support import MODEL_CACHE
-
-pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 class Served:
@@ -275,3 +282,175 @@ async def test_bad_arguments_and_a_dead_engine_process(served: Served, client: E
     assert client.ready
     await client.prefill(remote, [4])
     assert remote.tokens == [1, 2, 3, 4]
+
+
+# -- the wire -----------------------------------------------------------------------------------------------------
+
+STATE = m.HandleState(version=3, length=5, chunks=(2, 3))
+AT = m.At(handle=7, expect=5, salt="s1")
+# One call of every operation with an answer of its reply type (none of them at their defaults).
+EXCHANGES: list[tuple[m.Request[Any], object]] = [
+    (m.Hello(), m.Greeting("hf", "smol", True, None, "exact", True, 8192, "/models/smol")),
+    (m.Attach("ses_a", m.HandleRef(7, 3)), m.Attached(7, m.HandleCopy((1, 2, 3, 4, 5), None, STATE))),
+    (m.Open("ses_a", "s1", (1, 2, 3, 4, 5), (2, 3)), m.Opened(7, STATE)),
+    (m.Prefill(AT, (6, 7)), m.Prefilled(TokenUsage(5, 2, 0), STATE)),
+    (m.Generate(AT, Sampling(0.7, 0.95, 16, ("\n\n",), 11), stream=True),
+     m.Generated(Generation([8, 9], "ab", "length", TokenUsage(0, 0, 2)), STATE)),
+    (m.Crop(AT, 2), m.Changed(STATE)),
+    (m.Fork(AT, "ses_b"), m.Forked(8, twin=m.HandleState(0, 5, (2, 3)), state=STATE)),
+    (m.Release((7, 8)), m.Empty()),
+    (m.Drop("ses_a"), m.Empty()),
+    (m.Embed(("I live in Paris.", "tea")), m.Embedded([[0.5, -1.0], [0.25, 2.0]])),
+    (m.Stats(), m.EngineStats(handles=2, sessions=1)),
+]
+
+
+def _frame(data: bytes) -> dict[str, Any]:
+    """The JSON object of one encoded frame (as `wire.read` returns it)."""
+    assert int.from_bytes(data[:4], "big") == len(data) - 4
+    message: dict[str, Any] = json.loads(data[4:])
+    return message
+
+
+@pytest.mark.parametrize(("request_", "reply"), EXCHANGES, ids=[r.op.value for r, _ in EXCHANGES])
+def test_every_operation_and_its_answer_round_trip_typed(request_: m.Request[Any], reply: object) -> None:
+    call = wire.parse_call(_frame(wire.encode_call(41, request_, Priority.FORGET)))
+    assert call == wire.Call(41, request_, Priority.FORGET)  # type: ignore[arg-type]
+    assert type(reply) is m.reply_type(request_)
+    done = wire.parse_answer(_frame(wire.encode_done(41, reply, 0.25)))
+    assert isinstance(done, wire.Done) and done.waited_s == 0.25
+    assert done.reply(request_) == reply
+
+
+def test_every_operation_is_covered_and_the_other_frames_round_trip() -> None:
+    assert {r.op for r, _ in EXCHANGES} == set(m.REQUESTS) == set(m.Op) - {m.Op.CANCEL}
+    assert wire.parse_call(_frame(wire.encode_cancel(9))) == wire.Cancel(9)
+    assert wire.parse_answer(_frame(wire.encode_tokens(9, [4, 5]))) == wire.Tokens(9, [4, 5])
+    done = wire.parse_answer(_frame(wire.encode_done(9, m.Empty())))
+    assert done == wire.Done(9, {}, None)
+
+
+@pytest.mark.parametrize(("exc", "raised"), [
+    (ValueError("temperature must be >= 0"), ValueError),
+    (NotReady("the engine is still loading"), NotReady),
+    (EngineUnavailable("gone"), EngineUnavailable),
+    (wire.StaleHandle("no handle 3"), wire.StaleHandle),
+    (wire.ProtocolError("bad"), wire.ProtocolError),
+    (AttributeError("'NoneType' object has no attribute 'past'"), wire.EngineError),
+    (RuntimeError("the hf engine is not started"), wire.EngineError),  # a message says nothing of the kind
+    (TypeError("unsupported operand"), wire.EngineError),
+    (KeyError("x"), wire.EngineError),
+])
+def test_an_error_crosses_by_its_type(exc: Exception, raised: type[Exception]) -> None:
+    failed = wire.parse_answer(_frame(wire.encode_failure(5, exc)))
+    assert isinstance(failed, wire.Failed) and failed.id == 5
+    error = failed.error()
+    assert type(error) is raised
+    if raised is wire.EngineError:
+        assert not isinstance(error, LetheError) and type(exc).__name__ in str(error)  # a 500, with the cause
+    if raised is NotReady:
+        assert isinstance(error, NotReady) and error.headers["Retry-After"]
+
+
+@pytest.mark.parametrize(("message", "request_id"), [
+    ({"id": 3, "op": "summon", "args": {}}, 3),
+    ({"id": 3, "op": ["prefill"], "args": {}}, 3),
+    ({"id": 3, "op": "prefill", "args": {"at": {"handle": 1, "expect": 0, "salt": None}}}, 3),  # no tokens
+    ({"id": 3, "op": "prefill", "args": {"at": {"handle": 1, "expect": 0, "salt": None}, "tokens": ["1"]}}, 3),
+    ({"id": 3, "op": "crop", "args": {"at": {"handle": True, "expect": 0, "salt": None}, "n": 1}}, 3),
+    ({"id": 3, "op": "drop", "args": {"key": "k", "extra": 1}}, 3),
+    ({"id": 3, "op": "generate", "args": {"at": {"handle": 1, "expect": 0, "salt": None},
+                                          "sampling": {"temperature": "hot"}}}, 3),
+    ({"id": 3, "op": "embed", "args": "texts"}, 3),
+    ({"id": 3, "op": "hello", "priority": 9}, 3),
+    ({"op": "hello"}, None),
+    ({"id": "3", "op": "hello"}, None),
+])
+def test_a_malformed_call_is_a_protocol_error(message: dict[str, Any], request_id: int | None) -> None:
+    with pytest.raises(wire.ProtocolError) as raised:
+        wire.parse_call(message)
+    assert raised.value.request_id == request_id
+
+
+@pytest.mark.parametrize("message", [
+    {"id": 3, "ok": {}, "waited_s": "long"},
+    {"id": 3, "error": {"kind": "gremlins", "message": "?"}},
+    {"id": 3, "error": "boom"},
+    {"id": 3, "tokens": [1, None]},
+    {"id": 3},
+])
+def test_a_malformed_answer_is_a_protocol_error_of_its_call(message: dict[str, Any]) -> None:
+    with pytest.raises(wire.ProtocolError) as raised:
+        wire.parse_answer(message)
+    assert raised.value.request_id == 3
+
+
+def test_an_answer_of_another_shape_is_a_protocol_error() -> None:
+    request = m.Prefill(AT, (1,))
+    with pytest.raises(wire.ProtocolError, match="usage"):
+        wire.Done(3, {"state": {"version": 1, "length": 1}}).reply(request)
+    with pytest.raises(wire.ProtocolError, match="finish_reason"):
+        generated = wire.to_json(m.Generated(Generation([1], "a", "stop", TokenUsage()), STATE))
+        generated["generation"]["finish_reason"] = "tired"
+        wire.Done(3, generated).reply(m.Generate(AT, Sampling()))
+
+
+async def _raw_call(socket_path: Path, *frames: bytes) -> list[dict[str, Any] | None]:
+    """Send frames on a connection of its own; one answer per frame, or up to None where the server hangs up."""
+    reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    try:
+        for frame in frames:
+            writer.write(frame)
+        await writer.drain()
+        answers: list[dict[str, Any] | None] = []
+        while len(answers) < len(frames) and (not answers or answers[-1] is not None):
+            answers.append(await asyncio.wait_for(wire.read(reader), 60))
+        return answers
+    finally:
+        writer.close()
+
+
+async def test_a_malformed_call_fails_alone_and_a_frame_without_an_id_ends_the_connection(served: Served) -> None:
+    bad = wire.encode({"id": 1, "op": "crop", "args": {"at": {"handle": 1, "expect": "0", "salt": None}, "n": 1}})
+    answers = await _raw_call(served.socket_path, bad, wire.encode_call(2, m.Stats()))
+    assert [a and a["id"] for a in answers] == [1, 2]
+    assert answers[0] and answers[0]["error"]["kind"] == "protocol" and "expect" in answers[0]["error"]["message"]
+    assert answers[1] and "ok" in answers[1]  # the connection serves on
+    answers = await _raw_call(served.socket_path, wire.encode({"op": "hello"}), wire.encode_call(2, m.Stats()))
+    assert answers == [None]  # no call to answer with the error: the server hangs up
+
+
+async def test_an_engine_bug_reaches_the_worker_as_an_internal_error_not_as_not_ready(
+    client: EngineClient, engine: HFEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AttributeError in the engine once reached the worker as "not ready": a 503 with Retry-After, retried
+    forever by clients, for a bug. It is an internal error (500), as any other unexpected exception."""
+    remote = await client.open("buggy", tokens=[1, 2, 3])
+
+    async def buggy(handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
+        raise AttributeError("'NoneType' object has no attribute 'key_cache'")
+
+    monkeypatch.setattr(engine, "prefill", buggy)
+    with pytest.raises(wire.EngineError, match="AttributeError: 'NoneType'") as raised:
+        await client.prefill(remote, [4])
+    assert not isinstance(raised.value, NotReady)
+    monkeypatch.undo()
+    assert remote.tokens == [1, 2, 3] and client.ready  # nothing changed; the worker serves on
+    await client.prefill(remote, [4])
+    assert remote.tokens == [1, 2, 3, 4]
+
+
+async def test_only_an_engine_process_still_loading_is_not_ready(engine: HFEngine, tmp_path: Path) -> None:
+    server = EngineServer(engine, MiniLMEmbedder())  # loading: the model directory is not known yet
+    listening = await server.serve(tmp_path / "engine.sock")
+    try:
+        answers = await _raw_call(tmp_path / "engine.sock", wire.encode_call(1, m.Open("ses_early")))
+        assert answers and answers[0] and answers[0]["error"]["kind"] == "not_ready"
+        server.error = "OSError: no weights"  # a load that failed: never ready, said so
+        answers = await _raw_call(tmp_path / "engine.sock", wire.encode_call(1, m.Open("ses_early")))
+        assert answers[0] and answers[0]["error"] == {"kind": "not_ready",
+                                                      "message": "the engine failed to start: OSError: no weights"}
+    finally:
+        listening.close()
+        server.disconnect_all()
+        await listening.wait_closed()

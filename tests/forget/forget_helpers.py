@@ -1,7 +1,9 @@
-"""Helpers of the forget tests: turn scripts over HTTP, the counterfactual run, waiting for jobs, searching tables."""
+"""Helpers of the forget tests: turn scripts over HTTP, the counterfactual run, waiting for jobs, searching tables,
+comparing what a replay recomputed with what the turns wrote."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -95,3 +97,60 @@ def tables_holding(database_url: str, needle: str, within: str | None = None) ->
         if rows[0]["n"]:
             found.append(name)
     return found
+
+
+def recorded_rows(database_url: str, session_id: str, below_turn: int) -> list[dict[str, Any]]:
+    """The session's artifacts of the transitions before `below_turn`, as the tables hold them (`meta` parsed)."""
+    rows = sql(
+        database_url,
+        "SELECT id, kind, turn, position, content, token_start, token_end, token_ids, source_ids, committed, "
+        "archived_by, meta FROM artifacts WHERE session_id = $1 AND turn < $2 ORDER BY position",
+        session_id, below_turn,
+    )
+    return [{**dict(r), "meta": json.loads(r["meta"])} for r in rows]
+
+
+def provenance_parents(database_url: str, session_id: str) -> dict[str, set[str]]:
+    edges = sql(database_url, "SELECT parent_id, child_id FROM provenance_edges WHERE session_id = $1", session_id)
+    parents: dict[str, set[str]] = {}
+    for edge in edges:
+        parents.setdefault(edge["child_id"], set()).add(edge["parent_id"])
+    return parents
+
+
+def checkpoint_offsets(database_url: str, session_id: str, below_turn: int) -> list[tuple[int, int]]:
+    rows = sql(database_url, "SELECT turn, token_offset FROM checkpoints WHERE session_id = $1 AND turn < $2 "
+               "ORDER BY turn, token_offset", session_id, below_turn)
+    return [(r["turn"], r["token_offset"]) for r in rows]
+
+
+def assert_recomputed_equal(database_url: str, session_id: str, before: list[dict[str, Any]],
+                            parents_before: dict[str, set[str]], below_turn: int) -> None:
+    """The transitions before `below_turn`, recomputed by a forget, wrote what the turns wrote (`before`, read with
+    `recorded_rows`): kind, position, content, token ids and span, `meta` (the chunk recipe, the finish reason),
+    `committed`, what a compaction archived, sources and provenance parents, with ids mapped to the recomputed ones."""
+    after = recorded_rows(database_url, session_id, below_turn)
+    assert [(r["turn"], r["position"], r["kind"]) for r in after] == [
+        (r["turn"], r["position"], r["kind"]) for r in before
+    ]
+    ids = {old["id"]: new["id"] for old, new in zip(before, after, strict=True)}
+    assert any(old != new for old, new in ids.items()), "nothing was recomputed: the test would prove nothing"
+    parents_after = provenance_parents(database_url, session_id)
+
+    def mapped(value: Any) -> Any:
+        """A value of the original run with its artifact ids replaced by the recomputed ones'."""
+        if isinstance(value, str):
+            return ids.get(value, value)
+        if isinstance(value, list):
+            return [mapped(v) for v in value]
+        if isinstance(value, dict):
+            return {k: mapped(v) for k, v in value.items()}
+        return value
+
+    for old, new in zip(before, after, strict=True):
+        where = (old["turn"], old["kind"], old["position"])
+        for field in ("content", "token_ids", "token_start", "token_end", "committed", "archived_by"):
+            assert new[field] == old[field], (where, field, old[field], new[field])
+        assert new["meta"] == mapped(old["meta"]), (where, old["meta"], new["meta"])
+        assert sorted(new["source_ids"]) == sorted(mapped(old["source_ids"])), where
+        assert parents_after.get(new["id"], set()) == {ids.get(p, p) for p in parents_before.get(old["id"], set())}

@@ -17,7 +17,14 @@ from typing import Any
 
 import httpx
 
-from tests.forget.forget_helpers import forget, user
+from tests.forget.forget_helpers import (
+    assert_recomputed_equal,
+    checkpoint_offsets,
+    forget,
+    provenance_parents,
+    recorded_rows,
+    user,
+)
 from tests.support import sql
 
 SEEDED = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 16, "seed": 5}
@@ -45,59 +52,6 @@ def _copy_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
     return user(f"Copy this exactly: <tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")
 
 
-def _rows(database_url: str, session_id: str, below_turn: int) -> list[dict[str, Any]]:
-    rows = sql(
-        database_url,
-        "SELECT id, kind, turn, position, content, token_start, token_end, token_ids, source_ids, committed, "
-        "archived_by, meta FROM artifacts WHERE session_id = $1 AND turn < $2 ORDER BY position",
-        session_id, below_turn,
-    )
-    return [{**dict(r), "meta": json.loads(r["meta"])} for r in rows]
-
-
-def _parents(database_url: str, session_id: str) -> dict[str, set[str]]:
-    edges = sql(database_url, "SELECT parent_id, child_id FROM provenance_edges WHERE session_id = $1", session_id)
-    parents: dict[str, set[str]] = {}
-    for edge in edges:
-        parents.setdefault(edge["child_id"], set()).add(edge["parent_id"])
-    return parents
-
-
-def _checkpoints(database_url: str, session_id: str, below_turn: int) -> list[tuple[int, int]]:
-    rows = sql(database_url, "SELECT turn, token_offset FROM checkpoints WHERE session_id = $1 AND turn < $2 "
-               "ORDER BY turn, token_offset", session_id, below_turn)
-    return [(r["turn"], r["token_offset"]) for r in rows]
-
-
-def _assert_recomputed_equal(database_url: str, session_id: str, before: list[dict[str, Any]],
-                             parents_before: dict[str, set[str]], below_turn: int) -> None:
-    after = _rows(database_url, session_id, below_turn)
-    assert [(r["turn"], r["position"], r["kind"]) for r in after] == [
-        (r["turn"], r["position"], r["kind"]) for r in before
-    ]
-    ids = {old["id"]: new["id"] for old, new in zip(before, after, strict=True)}
-    assert any(old != new for old, new in ids.items()), "nothing was recomputed: the test would prove nothing"
-    parents_after = _parents(database_url, session_id)
-
-    def mapped(value: Any) -> Any:
-        """A value of the original run with its artifact ids replaced by the recomputed ones'."""
-        if isinstance(value, str):
-            return ids.get(value, value)
-        if isinstance(value, list):
-            return [mapped(v) for v in value]
-        if isinstance(value, dict):
-            return {k: mapped(v) for k, v in value.items()}
-        return value
-
-    for old, new in zip(before, after, strict=True):
-        where = (old["turn"], old["kind"], old["position"])
-        for field in ("content", "token_ids", "token_start", "token_end", "committed", "archived_by"):
-            assert new[field] == old[field], (where, field, old[field], new[field])
-        assert new["meta"] == mapped(old["meta"]), (where, old["meta"], new["meta"])
-        assert sorted(new["source_ids"]) == sorted(mapped(old["source_ids"])), where
-        assert parents_after.get(new["id"], set()) == {ids.get(p, p) for p in parents_before.get(old["id"], set())}
-
-
 def test_a_replay_writes_what_the_turns_wrote(client: httpx.Client, database_url: str) -> None:
     """Full context: tools (a builtin call fires and changes the environment), a document, a compaction. Greedy (the
     tool call must come); the retrieval case below samples at temperature 0.7."""
@@ -113,15 +67,15 @@ def test_a_replay_writes_what_the_turns_wrote(client: httpx.Client, database_url
     _turn(client, sid, user("Thanks. Anything else due?"))
     target_turn = _turn(client, sid, user(TARGET))["turn"]
 
-    before = _rows(database_url, sid, target_turn)
+    before = recorded_rows(database_url, sid, target_turn)
     assert {"summary", "tool_call", "tool_result", "document"} <= {r["kind"] for r in before}
-    parents_before = _parents(database_url, sid)
-    checkpoints_before = _checkpoints(database_url, sid, target_turn)
+    parents_before = provenance_parents(database_url, sid)
+    checkpoints_before = checkpoint_offsets(database_url, sid, target_turn)
     job = forget(client, {"session_id": sid, "text": TARGET}, strategy="full_reset", wait=True)
     assert job["status"] == "succeeded", job
     assert job["sessions"][0]["transitions_replayed"] == target_turn  # every transition, from a cold cache
-    _assert_recomputed_equal(database_url, sid, before, parents_before, target_turn)
-    assert _checkpoints(database_url, sid, target_turn) == checkpoints_before
+    assert_recomputed_equal(database_url, sid, before, parents_before, target_turn)
+    assert checkpoint_offsets(database_url, sid, target_turn) == checkpoints_before
     ledger = sql(database_url, "SELECT count(*) AS n FROM tool_executions WHERE session_id = $1", sid)
     assert ledger[0]["n"] == 1  # the transfer fired once, ever
 
@@ -142,10 +96,10 @@ def test_a_regeneration_writes_what_the_turns_wrote(client: httpx.Client, databa
     _turn(client, sid, user("What is my dog called?"))
     target_turn = _turn(client, sid, user(TARGET))["turn"]
 
-    before = _rows(database_url, sid, target_turn)
+    before = recorded_rows(database_url, sid, target_turn)
     assert {"summary", "assistant"} <= {r["kind"] for r in before}
     assert any(r["meta"].get("retrieved") for r in before), "no reply retrieved anything: a weak check"
-    parents_before = _parents(database_url, sid)
+    parents_before = provenance_parents(database_url, sid)
     job = forget(client, {"session_id": sid, "text": TARGET}, strategy="full_reset", wait=True)
     assert job["status"] == "succeeded", job
-    _assert_recomputed_equal(database_url, sid, before, parents_before, target_turn)
+    assert_recomputed_equal(database_url, sid, before, parents_before, target_turn)

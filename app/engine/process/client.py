@@ -11,7 +11,8 @@ The tokenizer is loaded here, from the model directory the engine process names 
 torch), so blocks are rendered in the worker. If the engine process dies, calls in flight fail with
 `EngineUnavailable` (503, `Retry-After`), `ready` turns False until it is back (the supervisor restarts it), and a
 caller cancelled mid-call (a client that hung up) cancels the call in the engine process: a generation stops at its
-next token.
+next token. A failure in the engine process comes back as the exception its kind names (wire.py): a bad argument as
+`ValueError`, the engine still loading as `NotReady`, anything unexpected as `EngineError` (500).
 """
 
 from __future__ import annotations
@@ -21,22 +22,33 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.priority import current_priority, note_wait
+from app.engine.process import messages as m
 from app.engine.process import wire
 from app.engine.process.wire import StaleHandle
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
-from app.errors import EngineUnavailable, NotReady
+from app.errors import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
 _RECONNECT_S = 0.5  # how often a worker looks for a (re)started engine process
 _CONNECT_TIMEOUT_S = 2.0
 _GONE = -1  # the epoch of a handle the engine process no longer holds as this copy says
+
+R = TypeVar("R")
+
+
+class _Stated(Protocol):
+    @property
+    def state(self) -> m.HandleState: ...
+
+
+S = TypeVar("S", bound=_Stated)
 
 
 @dataclass
@@ -50,13 +62,17 @@ class _Remote:
 
 
 @dataclass
+class _Pending:
+    answer: asyncio.Future[wire.Done | wire.Failed]
+    on_tokens: TokenSink | None
+
+
+@dataclass
 class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     epoch: int
-    pending: dict[int, tuple[asyncio.Future[dict[str, Any]], Callable[[dict[str, Any]], None] | None]] = field(
-        default_factory=dict
-    )
+    pending: dict[int, _Pending] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
 
 
@@ -67,7 +83,7 @@ class EngineClient:
         self.socket_path = socket_path
         self.name = name  # what the engine process serves, reported by hello; the setting's until then
         self.model_id = model_id
-        self._hello: dict[str, Any] = {}
+        self._hello: m.Greeting | None = None
         self._chat: ChatMLTemplate | None = None
         self._conn: _Connection | None = None
         self._epochs = itertools.count(1)
@@ -87,32 +103,28 @@ class EngineClient:
 
     @property
     def ready(self) -> bool:
-        return self._chat is not None and self._conn is not None and bool(self._hello.get("ready"))
+        return self._chat is not None and self._conn is not None and self._hello is not None and self._hello.ready
 
     @property
     def exactness(self) -> Exactness:
-        value = self._hello.get("exactness")
-        if value not in ("exact", "unbatched", "batched", "batch-invariant"):
+        if self._hello is None or self._hello.exactness is None:
             raise AttributeError("the engine process is not ready")
-        exactness: Exactness = value
-        return exactness
+        return self._hello.exactness
 
     @property
     def max_context_tokens(self) -> int | None:
-        limit = self._hello.get("max_context_tokens")
-        return int(limit) if isinstance(limit, int) else None
+        return None if self._hello is None else self._hello.max_context_tokens
 
     @property
     def records_chunks(self) -> bool:
-        return bool(self._hello.get("records_chunks"))
+        return self._hello is not None and self._hello.records_chunks
 
     async def start(self) -> None:
         """Wait for the engine process to be up with its model loaded (it may be starting), then load the tokenizer."""
         while not self._closed:
             await self.refresh()
-            error = self._hello.get("error")
-            if error:
-                raise RuntimeError(f"the engine process failed to start: {error}")
+            if self._hello is not None and self._hello.error:
+                raise RuntimeError(f"the engine process failed to start: {self._hello.error}")
             if self.ready:
                 self._keeper = asyncio.create_task(self._keep_connected(), name="engine-connection")
                 log.info("engine process reached", extra={"engine": self.name, "model": self.model_id})
@@ -131,10 +143,10 @@ class EngineClient:
     async def _ask_hello(self) -> None:
         with contextlib.suppress(EngineUnavailable, OSError):
             await self._connected()
-            hello = await self._call("hello", {})
-            if hello.get("ready") and self._chat is None:
-                self._chat, _ = await asyncio.to_thread(load_chat_template, Path(str(hello["model_dir"])))
-            self.name, self.model_id = str(hello["name"]), str(hello["model_id"])
+            hello = await self._call(m.Hello())
+            if hello.ready and hello.model_dir is not None and self._chat is None:
+                self._chat, _ = await asyncio.to_thread(load_chat_template, Path(hello.model_dir))
+            self.name, self.model_id = hello.name, hello.model_id
             self._hello = hello
 
     async def close(self) -> None:
@@ -166,12 +178,16 @@ class EngineClient:
         return handle
 
     async def _open_remote(self, handle: CacheHandle, chunks: list[int] | None) -> _Remote:
-        answer = await self._call("open", {
-            "key": handle.session_key, "salt": handle.salt, "tokens": handle.tokens, "chunks": chunks,
-        })
+        opened = await self._call(m.Open(
+            handle.session_key, handle.salt, tuple(handle.tokens), tuple(chunks) if chunks is not None else None,
+        ))
+        return self._adopt(handle, opened.handle, opened.state)
+
+    def _adopt(self, handle: CacheHandle, handle_id: int, state: m.HandleState) -> _Remote:
+        """Make `handle` the copy of the engine process's handle `handle_id`, now in `state`."""
         assert self._conn is not None
-        remote = _Remote(int(answer["handle"]), self._conn.epoch)
-        self._update(handle, remote, answer)
+        remote = _Remote(handle_id, self._conn.epoch)
+        self._update(handle, remote, state)
         handle.state = remote
         return remote
 
@@ -180,23 +196,20 @@ class EngineClient:
         remote = known.state if known is not None else None
         current = None
         if isinstance(remote, _Remote) and self._conn is not None and remote.epoch == self._conn.epoch:
-            current = [remote.id, remote.version]
-        answer = await self._call("attach", {"key": session_key, "known": current})
-        if answer.get("handle") is None:
+            current = m.HandleRef(remote.id, remote.version)
+        attached = await self._call(m.Attach(session_key, current))
+        if attached.handle is None:
             return None
-        if answer.get("current"):
+        if attached.copy is None:
             return known
-        assert self._conn is not None
-        tokens = [int(t) for t in answer["tokens"]]
-        handle = CacheHandle(session_key=session_key, salt=answer.get("salt"), tokens=tokens)
-        fresh = _Remote(int(answer["handle"]), self._conn.epoch)
-        self._update(handle, fresh, answer)
-        handle.state = fresh
+        copy = attached.copy
+        handle = CacheHandle(session_key=session_key, salt=copy.salt, tokens=list(copy.tokens))
+        self._adopt(handle, attached.handle, copy.state)
         return handle
 
     async def drop(self, session_key: str) -> None:
         with contextlib.suppress(EngineUnavailable):
-            await self._call("drop", {"key": session_key})
+            await self._call(m.Drop(session_key))
 
     def chunks(self, handle: CacheHandle) -> list[int]:
         remote = handle.state
@@ -206,61 +219,53 @@ class EngineClient:
         handle.salt = salt  # every call carries the salt: the engine process moves its handle at the next one
 
     async def prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        answer = await self._on(handle, "prefill", {"tokens": list(token_ids)})
-        handle.tokens.extend(token_ids)
-        self._check(handle, answer)
-        return wire.usage_from_wire(answer["usage"])
+        tokens = tuple(token_ids)
+        prefilled = await self._on(handle, lambda at: m.Prefill(at, tokens))
+        handle.tokens.extend(tokens)
+        self._check(handle, prefilled.state)
+        return prefilled.usage
 
     async def generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
     ) -> Generation:
-        def frame(message: dict[str, Any]) -> None:
-            if on_tokens is not None and message.get("tokens"):
-                on_tokens([int(t) for t in message["tokens"]])
-
-        answer = await self._on(handle, "generate", {
-            "sampling": wire.sampling_to_wire(sampling), "stream": on_tokens is not None,
-        }, frame)
-        generation = wire.generation_from_wire(answer["generation"])
+        stream = on_tokens is not None
+        generated = await self._on(handle, lambda at: m.Generate(at, sampling, stream), on_tokens)
+        generation = generated.generation
         handle.tokens.extend(generation.token_ids)
-        self._check(handle, answer)
+        self._check(handle, generated.state)
         return generation
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
         if not 0 <= n_tokens <= len(handle.tokens):
             raise ValueError(f"crop to {n_tokens} tokens: the log holds {len(handle.tokens)}")
-        answer = await self._on(handle, "crop", {"n": n_tokens})
+        changed = await self._on(handle, lambda at: m.Crop(at, n_tokens))
         del handle.tokens[n_tokens:]
-        self._check(handle, answer)
+        self._check(handle, changed.state)
 
     async def fork(self, handle: CacheHandle, session_key: str) -> CacheHandle:
-        answer = await self._on(handle, "fork", {"key": session_key})
-        assert self._conn is not None
+        forked = await self._on(handle, lambda at: m.Fork(at, session_key))
         twin = CacheHandle(session_key=session_key, salt=handle.salt, tokens=list(handle.tokens))
-        remote = _Remote(int(answer["handle"]), self._conn.epoch)
-        self._update(twin, remote, answer)
-        twin.state = remote
+        self._adopt(twin, forked.handle, forked.twin)
         return twin
 
     async def release(self, handle: CacheHandle) -> None:
         remote = handle.state
         if isinstance(remote, _Remote) and self._conn is not None and remote.epoch == self._conn.epoch:
             with contextlib.suppress(EngineUnavailable):
-                await self._call("release", {"handles": [remote.id]})
+                await self._call(m.Release((remote.id,)))
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        answer = await self._call("embed", {"texts": list(texts)})
-        return [[float(x) for x in vector] for vector in answer["vectors"]]
+        return (await self._call(m.Embed(tuple(texts)))).vectors
 
     async def stats(self) -> dict[str, Any]:
-        return await self._call("stats", {})
+        stats: m.EngineStats = await self._call(m.Stats())
+        return asdict(stats)
 
     async def _on(
-        self, handle: CacheHandle, op: str, args: dict[str, Any],
-        on_frame: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
+        self, handle: CacheHandle, request: Callable[[m.At], m.Request[S]], on_tokens: TokenSink | None = None
+    ) -> S:
         """A call on the engine process's copy of `handle`, opened again from this copy when it is gone."""
         for attempt in range(2):
             remote = handle.state
@@ -268,28 +273,26 @@ class EngineClient:
                 await self._connected()
                 remote = await self._open_remote(handle, self.chunks(handle) or None)
             try:
-                answer = await self._call(op, {
-                    "handle": remote.id, "expect": len(handle.tokens), "salt": handle.salt, **args,
-                }, on_frame)
+                answer = await self._call(request(m.At(remote.id, len(handle.tokens), handle.salt)), on_tokens)
             except StaleHandle:
                 if attempt:
                     raise EngineUnavailable("the engine process keeps losing this session's cache; retry") from None
                 remote.epoch = _GONE  # opened again from this copy, along its recipe, on the next attempt
                 continue
-            remote.version, remote.chunks = int(answer["version"]), [int(c) for c in answer.get("chunks") or []]
+            remote.version, remote.chunks = answer.state.version, list(answer.state.chunks)
             return answer
         raise AssertionError("unreachable")
 
-    def _update(self, handle: CacheHandle, remote: _Remote, answer: dict[str, Any]) -> None:
-        remote.version, remote.chunks = int(answer["version"]), [int(c) for c in answer.get("chunks") or []]
-        self._check(handle, answer)
+    def _update(self, handle: CacheHandle, remote: _Remote, state: m.HandleState) -> None:
+        remote.version, remote.chunks = state.version, list(state.chunks)
+        self._check(handle, state)
 
-    def _check(self, handle: CacheHandle, answer: dict[str, Any]) -> None:
-        if int(answer["length"]) != len(handle.tokens):
+    def _check(self, handle: CacheHandle, state: m.HandleState) -> None:
+        if state.length != len(handle.tokens):
             if isinstance(handle.state, _Remote):
                 handle.state.epoch = _GONE  # out of step: the next call opens the engine's copy again from this one
             raise RuntimeError(
-                f"the engine process holds {answer['length']} tokens for {handle.session_key!r}, the worker "
+                f"the engine process holds {state.length} tokens for {handle.session_key!r}, the worker "
                 f"{len(handle.tokens)}"
             )
 
@@ -316,28 +319,43 @@ class EngineClient:
     async def _read(self, conn: _Connection) -> None:
         try:
             while (message := await wire.read(conn.reader)) is not None:
-                waiting = conn.pending.get(int(message["id"]))
+                try:
+                    answer = wire.parse_answer(message)
+                except wire.ProtocolError as exc:
+                    if exc.request_id is None:
+                        raise
+                    self._fail(conn, exc.request_id, exc)  # that call fails; the others go on
+                    continue
+                waiting = conn.pending.get(answer.id)
                 if waiting is None:
                     continue
-                future, on_frame = waiting
-                if "tokens" in message and "ok" not in message:
-                    if on_frame is not None:
-                        on_frame(message)
-                elif not future.done():
-                    future.set_result(message)
-        except (ConnectionError, wire.FrameTooLarge, ValueError) as exc:
-            log.warning("engine process connection lost", extra={"error": type(exc).__name__})
+                if isinstance(answer, wire.Tokens):
+                    if waiting.on_tokens is not None and answer.tokens:
+                        waiting.on_tokens(answer.tokens)
+                elif not waiting.answer.done():
+                    waiting.answer.set_result(answer)
+        except (ConnectionError, wire.FrameTooLarge, wire.ProtocolError) as exc:
+            log.warning("engine process connection lost", extra={"error": f"{type(exc).__name__}: {exc}"})
         finally:
             self._lost(conn)
+
+    @staticmethod
+    def _fail(conn: _Connection, request_id: int, exc: Exception) -> None:
+        waiting = conn.pending.get(request_id)
+        if waiting is not None and not waiting.answer.done():
+            waiting.answer.set_exception(exc)
 
     def _lost(self, conn: _Connection) -> None:
         """The engine process is gone (or restarting): fail what waits on it, and look for it again."""
         if self._conn is conn:
             self._conn = None
-            self._hello = {**self._hello, "ready": False}
-        for future, _ in conn.pending.values():
-            if not future.done():
-                future.set_exception(EngineUnavailable("the engine process went away during the request; retry"))
+            if self._hello is not None:
+                self._hello = replace(self._hello, ready=False)
+        for waiting in conn.pending.values():
+            if not waiting.answer.done():
+                waiting.answer.set_exception(
+                    EngineUnavailable("the engine process went away during the request; retry")
+                )
         conn.writer.close()
 
     async def _disconnect(self, conn: _Connection) -> None:
@@ -346,22 +364,19 @@ class EngineClient:
             conn.task.cancel()
             await asyncio.gather(conn.task, return_exceptions=True)
 
-    async def _call(
-        self, op: str, args: dict[str, Any], on_frame: Callable[[dict[str, Any]], None] | None = None
-    ) -> dict[str, Any]:
+    async def _call(self, request: m.Request[R], on_tokens: TokenSink | None = None) -> R:
         conn = await self._connected()
         request_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        conn.pending[request_id] = (future, on_frame)
+        answer: asyncio.Future[wire.Done | wire.Failed] = asyncio.get_running_loop().create_future()
+        conn.pending[request_id] = _Pending(answer, on_tokens)
         # Every operation runs in the engine process at the calling task's priority (app/engine/priority.py).
-        args = {**args, "priority": int(current_priority())}
         try:
-            conn.writer.write(wire.encode({"id": request_id, "op": op, "args": args}))
+            conn.writer.write(wire.encode_call(request_id, request, current_priority()))
             await conn.writer.drain()
-            message = await future
+            outcome = await answer
         except asyncio.CancelledError:
             if not conn.writer.is_closing():
-                conn.writer.write(wire.encode({"id": request_id, "op": "cancel"}))
+                conn.writer.write(wire.encode_cancel(request_id))
             raise
         except ConnectionError:
             conn.pending.pop(request_id, None)
@@ -369,20 +384,8 @@ class EngineClient:
             raise EngineUnavailable("the engine process went away during the request; retry") from None
         finally:
             conn.pending.pop(request_id, None)
-        if "error" in message:
-            raise _error(message["error"])
-        if "waited_s" in message:  # what the engine measured this operation waiting for it (hf)
-            note_wait(float(message["waited_s"]))
-        result: dict[str, Any] = message["ok"]
-        return result
-
-
-def _error(error: dict[str, Any]) -> Exception:
-    kind, message = error.get("kind"), str(error.get("message", ""))
-    if kind == "stale_handle":
-        return StaleHandle(message)
-    if kind == "invalid":
-        return ValueError(message)
-    if kind == "not_ready":
-        return NotReady(message, headers={"Retry-After": "5"})
-    return RuntimeError(f"engine process: {message}")
+        if isinstance(outcome, wire.Failed):
+            raise outcome.error()
+        if outcome.waited_s is not None:  # what the engine measured this operation waiting for it (hf)
+            note_wait(outcome.waited_s)
+        return outcome.reply(request)

@@ -23,21 +23,25 @@ import contextlib
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import assert_never
 
 from app.embeddings import Embedder
-from app.engine.priority import Priority, engine_priority, measure_wait
+from app.engine.priority import engine_priority, measure_wait
+from app.engine.process import messages as m
 from app.engine.process import wire
 from app.engine.process.wire import StaleHandle
 from app.engine.protocol import CacheHandle, KVEngine
+from app.errors import NotReady
 
 log = logging.getLogger(__name__)
 
 MAX_HANDLES = 4096  # least recently used handles past this are released (a worker that needs one opens it again)
+
+TokenSink = Callable[[list[int]], None]
 
 
 @dataclass
@@ -58,14 +62,15 @@ class EngineServer:
         self._by_key: dict[str, int] = {}
         self._ids = itertools.count(1)
         self._writers: set[asyncio.StreamWriter] = set()
-        self._ops: dict[str, Callable[[dict[str, Any], Callable[[list[int]], None]], Awaitable[dict[str, Any]]]] = {
-            "hello": self._hello, "attach": self._attach, "open": self._open, "prefill": self._prefill,
-            "generate": self._generate, "crop": self._crop, "fork": self._fork, "release": self._release,
-            "drop": self._drop, "embed": self._embed, "stats": self._stats,
-        }
 
     async def serve(self, socket_path: Path) -> asyncio.AbstractServer:
         return await asyncio.start_unix_server(self._connection, path=str(socket_path), limit=wire.MAX_FRAME_BYTES)
+
+    @property
+    def ready(self) -> bool:
+        """Once the whole load is done, not when the engine alone is: between the engine's start and the model
+        directory's resolution a worker must hear "loading" (it asks again), not fail."""
+        return self.engine.ready and self.error is None and self.model_dir is not None
 
     # -- connections ------------------------------------------------------------------------------------------------
 
@@ -80,17 +85,24 @@ class EngineServer:
         loop = asyncio.get_running_loop()
         try:
             while (message := await wire.read(reader)) is not None:
-                request_id = int(message["id"])
-                if message.get("op") == "cancel":
-                    task = running.get(request_id)
+                try:
+                    frame = wire.parse_call(message)
+                except wire.ProtocolError as exc:
+                    if exc.request_id is None:
+                        raise  # a peer that does not speak the protocol: hang up
+                    log.warning("malformed engine call", extra={"error": str(exc)})
+                    _send(writer, wire.encode_failure(exc.request_id, exc))
+                    continue
+                if isinstance(frame, wire.Cancel):
+                    task = running.get(frame.id)
                     if task is not None:
                         task.cancel()
                     continue
-                task = asyncio.create_task(self._answer(message, writer, loop))
-                running[request_id] = task
-                task.add_done_callback(partial(_forget, running, request_id))
-        except (ConnectionError, wire.FrameTooLarge, ValueError) as exc:
-            log.warning("engine client connection dropped", extra={"error": type(exc).__name__})
+                task = asyncio.create_task(self._answer(frame, writer, loop))
+                running[frame.id] = task
+                task.add_done_callback(partial(_forget, running, frame.id))
+        except (ConnectionError, wire.FrameTooLarge, wire.ProtocolError) as exc:
+            log.warning("engine client connection dropped", extra={"error": f"{type(exc).__name__}: {exc}"})
         finally:
             for task in list(running.values()):
                 task.cancel()
@@ -100,58 +112,83 @@ class EngineServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _answer(
-        self, message: dict[str, Any], writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        request_id = message["id"]
-
-        def send(frame: dict[str, Any]) -> None:
-            if not writer.is_closing():
-                writer.write(wire.encode({"id": request_id, **frame}))
-
+    async def _answer(self, call: wire.Call, writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop) -> None:
         def on_tokens(tokens: list[int]) -> None:  # called from the engine's thread (hf) or the loop (vLLM)
-            loop.call_soon_threadsafe(send, {"tokens": list(tokens)})
+            loop.call_soon_threadsafe(_send, writer, wire.encode_tokens(call.id, tokens))
 
-        op = self._ops.get(str(message.get("op")))
-        args = message.get("args") or {}
         try:
-            if op is None:
-                raise ValueError(f"unknown engine operation {message.get('op')!r}")
             # The operation runs at the priority of the worker task that sent it, and its wait goes back with it.
-            with engine_priority(Priority.from_wire(args.get("priority"))), measure_wait() as waited:
-                result = await op(args, on_tokens)
+            with engine_priority(call.priority), measure_wait() as waited:
+                reply = await self._run(call.request, on_tokens)
+            frame = wire.encode_done(call.id, reply, waited.seconds if waited.calls else None)
         except asyncio.CancelledError:
             return  # the client gave up on it and expects no answer
         except Exception as exc:
-            if wire.error_of(exc)["kind"] == "internal":
-                log.exception("engine operation failed", extra={"op": message.get("op")})
-            send({"error": wire.error_of(exc)})
-        else:
-            send({"ok": result, "waited_s": waited.seconds} if waited.calls else {"ok": result})
+            if wire.kind_of(exc) is wire.ErrorKind.INTERNAL:
+                log.exception("engine operation failed", extra={"op": call.request.op.value})
+            frame = wire.encode_failure(call.id, exc)
+        _send(writer, frame)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
+    async def _run(self, request: m.AnyRequest, on_tokens: TokenSink) -> object:
+        match request:
+            case m.Hello():
+                return self._hello()
+            case m.Attach():
+                return self._attach(request)
+            case m.Open():
+                return await self._open(request)
+            case m.Prefill():
+                return await self._prefill(request)
+            case m.Generate():
+                return await self._generate(request, on_tokens)
+            case m.Crop():
+                return await self._crop(request)
+            case m.Fork():
+                return await self._fork(request)
+            case m.Release():
+                await self._release(request.handles)
+                return m.Empty()
+            case m.Drop():
+                handle_id = self._by_key.get(request.key)
+                if handle_id is not None:
+                    await self._release((handle_id,))
+                return m.Empty()
+            case m.Embed():
+                return m.Embedded(await self.embedder.embed(list(request.texts)))
+            case m.Stats():
+                return m.EngineStats(handles=len(self._handles), sessions=len(self._by_key))
+            case _:
+                assert_never(request)
+
+    def _loaded(self) -> None:
+        """An operation on caches needs the engine loaded: until then the worker hears "not ready" (503, retried)."""
+        if not self.ready:
+            detail = f"the engine failed to start: {self.error}" if self.error else "the engine is not loaded (yet)"
+            raise NotReady(detail)
+
     # -- handles ----------------------------------------------------------------------------------------------------
 
-    def _held(self, args: dict[str, Any]) -> _Held:
-        """The handle named by a request, with its log cut back to the length the client expects (a tail an
-        abandoned operation left) and moved to the client's salt."""
-        held = self._handles.get(int(args["handle"]))
+    def _held(self, at: m.At) -> _Held:
+        """The handle named by a request, checked against the length the client expects."""
+        self._loaded()
+        held = self._handles.get(at.handle)
         if held is None:
-            raise StaleHandle(f"no handle {args['handle']}")
-        self._handles.move_to_end(int(args["handle"]))
-        expect = int(args["expect"])
-        if expect > len(held.handle.tokens):
-            raise StaleHandle(f"handle {args['handle']} holds {len(held.handle.tokens)} tokens, not {expect}")
+            raise StaleHandle(f"no handle {at.handle}")
+        self._handles.move_to_end(at.handle)
+        if at.expect > len(held.handle.tokens):
+            raise StaleHandle(f"handle {at.handle} holds {len(held.handle.tokens)} tokens, not {at.expect}")
         return held
 
-    async def _align(self, held: _Held, args: dict[str, Any]) -> None:
-        if int(args["expect"]) < len(held.handle.tokens):
-            await self.engine.crop(held.handle, int(args["expect"]))
+    async def _align(self, held: _Held, at: m.At) -> None:
+        """Cut the handle's log back to the length the client expects (a tail an abandoned operation left) and move
+        it to the client's salt."""
+        if at.expect < len(held.handle.tokens):
+            await self.engine.crop(held.handle, at.expect)
             held.version += 1
-        salt = args.get("salt")
-        if held.handle.salt != salt:
-            self.engine.resalt(held.handle, salt)
+        if held.handle.salt != at.salt:
+            self.engine.resalt(held.handle, at.salt)
             held.version += 1
 
     def _register(self, handle: CacheHandle) -> tuple[int, _Held]:
@@ -167,94 +204,83 @@ class EngineServer:
                 del self._by_key[old.handle.session_key]
         return handle_id, held
 
-    def _state(self, held: _Held) -> dict[str, Any]:
-        return {"version": held.version, "length": len(held.handle.tokens),
-                "chunks": self.engine.chunks(held.handle) if self.engine.records_chunks else []}
+    def _state(self, held: _Held) -> m.HandleState:
+        chunks = self.engine.chunks(held.handle) if self.engine.records_chunks else []
+        return m.HandleState(version=held.version, length=len(held.handle.tokens), chunks=tuple(chunks))
 
     # -- operations -------------------------------------------------------------------------------------------------
 
-    async def _hello(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        # Ready once the whole load is done, not when the engine alone is: a hello between the engine's start and the
-        # model directory's resolution must say "loading" (a worker retries), not fail.
-        engine, model_dir = self.engine, self.model_dir
-        ready = engine.ready and self.error is None and model_dir is not None
-        return {
-            "name": engine.name, "model_id": engine.model_id, "ready": ready, "error": self.error,
-            "exactness": engine.exactness if ready else None, "records_chunks": engine.records_chunks,
-            "max_context_tokens": engine.max_context_tokens, "model_dir": str(model_dir) if ready else None,
-        }
+    def _hello(self) -> m.Greeting:
+        engine, ready = self.engine, self.ready
+        return m.Greeting(
+            name=engine.name, model_id=engine.model_id, ready=ready, error=self.error,
+            exactness=m.exactness_of(engine.exactness) if ready else None, records_chunks=engine.records_chunks,
+            max_context_tokens=engine.max_context_tokens, model_dir=str(self.model_dir) if ready else None,
+        )
 
-    async def _attach(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        """The session's handle: only its version when the client's copy (`known`: [id, version]) is current, else
-        its whole state (None when the engine holds none for the session)."""
-        handle_id = self._by_key.get(str(args["key"]))
+    def _attach(self, request: m.Attach) -> m.Attached:
+        """The session's handle: only its id when the client's copy (`known`) is current, else its whole state."""
+        self._loaded()
+        handle_id = self._by_key.get(request.key)
         held = None if handle_id is None else self._handles.get(handle_id)
         if held is None or handle_id is None:
-            return {"handle": None}
-        known = args.get("known")
-        if known == [handle_id, held.version]:
-            return {"handle": handle_id, "current": True}
-        return {"handle": handle_id, "current": False, "tokens": list(held.handle.tokens), "salt": held.handle.salt,
-                **self._state(held)}
+            return m.Attached()
+        if request.known == m.HandleRef(handle_id, held.version):
+            return m.Attached(handle_id)
+        copy = m.HandleCopy(tokens=tuple(held.handle.tokens), salt=held.handle.salt, state=self._state(held))
+        return m.Attached(handle_id, copy)
 
-    async def _open(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
+    async def _open(self, request: m.Open) -> m.Opened:
+        self._loaded()
         handle = await self.engine.open(
-            str(args["key"]), salt=args.get("salt"), tokens=[int(t) for t in args.get("tokens") or []],
-            chunks=[int(c) for c in args["chunks"]] if args.get("chunks") else None,
+            request.key, salt=request.salt, tokens=list(request.tokens),
+            chunks=list(request.chunks) if request.chunks else None,
         )
         handle_id, held = self._register(handle)
-        return {"handle": handle_id, **self._state(held)}
+        return m.Opened(handle_id, self._state(held))
 
-    async def _prefill(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        held = self._held(args)
-        await self._align(held, args)
-        usage = await self.engine.prefill(held.handle, [int(t) for t in args["tokens"]])
+    async def _prefill(self, request: m.Prefill) -> m.Prefilled:
+        held = self._held(request.at)
+        await self._align(held, request.at)
+        usage = await self.engine.prefill(held.handle, list(request.tokens))
         held.version += 1
-        return {"usage": asdict(usage), **self._state(held)}
+        return m.Prefilled(usage, self._state(held))
 
-    async def _generate(self, args: dict[str, Any], on_tokens: Callable[[list[int]], None]) -> dict[str, Any]:
-        held = self._held(args)
-        await self._align(held, args)
+    async def _generate(self, request: m.Generate, on_tokens: TokenSink) -> m.Generated:
+        held = self._held(request.at)
+        await self._align(held, request.at)
         held.version += 1  # even a cancelled generation may have appended tokens
-        sink = on_tokens if args.get("stream") else None
-        generation = await self.engine.generate(held.handle, wire.sampling_from_wire(args["sampling"]), sink)
+        generation = await self.engine.generate(held.handle, request.sampling, on_tokens if request.stream else None)
         held.version += 1
-        return {"generation": wire.generation_to_wire(generation), **self._state(held)}
+        return m.Generated(generation, self._state(held))
 
-    async def _crop(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        held = self._held(args)
-        await self._align(held, args)
-        await self.engine.crop(held.handle, int(args["n"]))
+    async def _crop(self, request: m.Crop) -> m.Changed:
+        held = self._held(request.at)
+        await self._align(held, request.at)
+        await self.engine.crop(held.handle, request.n)
         held.version += 1
-        return self._state(held)
+        return m.Changed(self._state(held))
 
-    async def _fork(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        held = self._held(args)
-        await self._align(held, args)
-        twin = await self.engine.fork(held.handle, str(args["key"]))
+    async def _fork(self, request: m.Fork) -> m.Forked:
+        held = self._held(request.at)
+        await self._align(held, request.at)
+        twin = await self.engine.fork(held.handle, request.key)
         handle_id, twin_held = self._register(twin)
-        return {"handle": handle_id, **self._state(twin_held)}
+        return m.Forked(handle_id, twin=self._state(twin_held), state=self._state(held))
 
-    async def _release(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        for handle_id in args.get("handles") or []:
-            held = self._handles.pop(int(handle_id), None)
+    async def _release(self, handle_ids: tuple[int, ...]) -> None:
+        for handle_id in handle_ids:
+            held = self._handles.pop(handle_id, None)
             if held is None:
                 continue
-            if self._by_key.get(held.handle.session_key) == int(handle_id):
+            if self._by_key.get(held.handle.session_key) == handle_id:
                 del self._by_key[held.handle.session_key]
             await self.engine.release(held.handle)
-        return {}
 
-    async def _drop(self, args: dict[str, Any], on_tokens: Callable[[list[int]], None]) -> dict[str, Any]:
-        """Forget the session's cache (its log is in doubt, or the session is gone)."""
-        handle_id = self._by_key.get(str(args["key"]))
-        return {} if handle_id is None else await self._release({"handles": [handle_id]}, on_tokens)
 
-    async def _embed(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        return {"vectors": await self.embedder.embed([str(t) for t in args["texts"]])}
-
-    async def _stats(self, args: dict[str, Any], _: Callable[[list[int]], None]) -> dict[str, Any]:
-        return {"handles": len(self._handles), "sessions": len(self._by_key)}
+def _send(writer: asyncio.StreamWriter, frame: bytes) -> None:
+    if not writer.is_closing():
+        writer.write(frame)
 
 
 def _forget(running: dict[int, asyncio.Task[None]], request_id: int, _: asyncio.Task[None]) -> None:
