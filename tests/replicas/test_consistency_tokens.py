@@ -4,8 +4,8 @@ arithmetic they rest on (no server: the behaviour against real replicas is test_
 from __future__ import annotations
 
 import pytest
+from lethe_client._consistency import TokenKeeper, newer
 
-from app.client._consistency import TokenKeeper, newer
 from app.db.consistency import ConsistencyToken, end_of_records, timeline_of
 from bench.memory_history import Op, check_history
 

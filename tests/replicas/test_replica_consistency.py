@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from lethe_client import AsyncLetheClient, Forgotten, LetheClient
 
-from app.client import AsyncLetheClient, Forgotten, LetheClient
 from app.db.consistency import ConsistencyToken
 from bench.replication import ReplicaPair, query
 from bench.serve import LetheServer
@@ -84,9 +84,12 @@ def test_untokened_reads_see_the_lagging_replica_tokened_reads_never_do(
     fresh = http.get(path, headers={HEADER: token})
     elapsed = time.monotonic() - started
     body = problem(fresh, 404)
-    assert body["forgotten"] is True and body["version"] == tombstone
-    # It waited its bound for the replica, then read the primary: slower, never stale, never an error.
-    assert WAIT_MS / 1000 <= elapsed < WAIT_MS / 1000 + 60
+    assert body["forgotten"] is True and body["version"] == tombstone  # never stale, never an error
+    # It waited its bound for the replica, then read the primary: the server counts a read as the primary's for
+    # `lagging` only once its wait for the replica's replay ran out (checked with `served` below), and the answer
+    # came no sooner than that bound. A lower bound only: a timer never fires early and load only makes a request
+    # slower, so this fails only when the read did not wait. How much longer it took is not asserted.
+    assert elapsed >= WAIT_MS / 1000, f"answered {elapsed:.3f} s after the request: it did not wait for the replica"
     listed = http.get(f"/v1/memory/{ns}", headers={HEADER: token}).json()["keys"]
     history = http.get(f"{path}/history", headers={HEADER: token}).json()["versions"]
     assert listed == [] and [v["op"] for v in history] == ["write", "forget"] and history[0]["value"] is None

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from lethe_client import Forgotten, LetheClient, NotFound, PreconditionFailed
 
-from app.client import Forgotten, LetheClient, NotFound, PreconditionFailed
 from app.db.consistency import ConsistencyToken
 from bench.memory_history import Op, Recorder, check_history
 from bench.replication import ReplicaPair

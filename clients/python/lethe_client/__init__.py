@@ -1,14 +1,14 @@
 """The Lethe Python client: `LetheClient` (blocking) and `AsyncLetheClient`, with one typed error mapping.
 
-from app.client import LetheClient, PreconditionFailed
+from lethe_client import LetheClient, PreconditionFailed
 with LetheClient("http://127.0.0.1:8000", api_key) as lethe:
     rec = lethe.get("user-42", "diet")
     lethe.put("user-42", "diet", "vegan", if_match=rec.version)
 """
 
-from app.client._calls import BatchItem, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
-from app.client.aio import AsyncLetheClient
-from app.client.errors import (
+from lethe_client._calls import BatchItem, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from lethe_client.aio import AsyncLetheClient
+from lethe_client.errors import (
     Conflict,
     ForgetNotDurable,
     Forgotten,
@@ -23,7 +23,7 @@ from app.client.errors import (
     Unauthorized,
     ValidationError,
 )
-from app.client.sync import LetheClient
+from lethe_client.sync import LetheClient
 
 __all__ = [
     "AsyncLetheClient",

@@ -11,9 +11,9 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.client import _calls as calls
-from app.client._calls import Call, ForgetResult, WriteResult
-from app.client.errors import ForgetNotDurable, Forgotten, NotFound
+from lethe_client import _calls as calls
+from lethe_client._calls import Call, ForgetResult, WriteResult
+from lethe_client.errors import ForgetNotDurable, Forgotten, NotFound
 
 T = TypeVar("T")
 

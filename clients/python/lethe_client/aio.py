@@ -9,17 +9,17 @@ from typing import Any, TypeVar
 
 import httpx
 
-from app.client import _calls as calls
-from app.client import _flows as flows
-from app.client._calls import BatchItem, Call, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
-from app.client._consistency import HEADER, TokenKeeper
-from app.client.errors import LetheAPIError, raise_for_problem
+from lethe_client import _calls as calls
+from lethe_client import _flows as flows
+from lethe_client._calls import BatchItem, Call, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from lethe_client._consistency import HEADER, TokenKeeper
+from lethe_client.errors import LetheAPIError, raise_for_problem
 
 T = TypeVar("T")
 
 
 class AsyncLetheClient:
-    """Every method raises a typed `LetheAPIError` subclass for a non-2xx answer (see app/client/errors.py)."""
+    """Every method raises a typed `LetheAPIError` subclass for a non-2xx answer (see lethe_client/errors.py)."""
 
     def __init__(
         self, base_url: str, api_key: str, *, timeout: float = 60.0, http: httpx.AsyncClient | None = None
