@@ -5,7 +5,7 @@ Layers, bottom to top (a module may import its own layer and any layer below it)
 
     0  ids, text, errors, settings, pagination, observability (logging, metrics), tool_calls (plain data),
        request_model, registry (the one shape of a registry)
-    1  db (the database, models, replicas), embeddings, client (the SDK stands alone), and every domain's repositories
+    1  db (the database, models, replicas), embeddings, and every domain's repositories
        (all SQL lives there)
     2  engine (the only package that knows tokens and caches), memory, tenants
     3  runtime (one transition's mechanics)
