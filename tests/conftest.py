@@ -12,8 +12,9 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,7 +26,8 @@ from app.engine.protocol import KVEngine
 from app.main import create_app
 from app.settings import Settings
 from app.tenants.service import TenantService
-from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, free_port
+from app.web.deps import ContainerDep
+from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, OverrideService, free_port, rewired
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -114,6 +116,28 @@ def live_server(data_dir: Path, database_url: str) -> Iterator[LiveServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def override_service(live_server: LiveServer) -> Iterator[OverrideService]:
+    """`override_service(get_sessions, "sessions", session_lease_s=1.0)`: for this test, the live app's route
+    dependency answers with `Container.services.<service>` of the live container rebuilt with `settings` changed
+    (tests/support.py `rewired`: the same database, engine and handles, a knob turned). Every dependency it
+    overrides is given back to the app after the test."""
+    overrides = live_server.app.dependency_overrides
+    overridden: list[Callable[..., Any]] = []
+
+    def override(dependency: Callable[..., Any], service: str, **settings: Any) -> None:
+        def rewired_service(container: ContainerDep) -> Any:
+            return getattr(rewired(container, **settings).services, service)
+
+        assert dependency not in overrides, f"{dependency.__name__} is overridden already"
+        overrides[dependency] = rewired_service
+        overridden.append(dependency)
+
+    yield override
+    for dependency in overridden:
+        overrides.pop(dependency, None)
 
 
 @pytest.fixture

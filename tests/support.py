@@ -6,7 +6,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -235,6 +235,10 @@ def rewired(container: Any, **settings: Any) -> Any:
         settings=container.settings.model_copy(update=settings), db=container.db, metrics=container.metrics,
         engine=container.engine, tenants=container.tenants, handles=container.handles, embedder=container.embedder,
     )
+
+
+OverrideService = Callable[..., None]
+"""The `override_service` fixture (tests/conftest.py): `override_service(dependency, service, **settings)`."""
 
 
 def cache_key(database_url: str, session_id: str) -> str:

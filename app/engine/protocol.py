@@ -14,8 +14,10 @@ An engine may defer a prefill's computation to its next request on the handle (t
 appends, and `generate` sends the whole log in one request, so a transition is one request). The contract holds as
 long as the deferral is itself a function of the calls: a replay that makes the original's calls then sends requests
 of the original's shapes (the whole log so far, then sampling), and the engine must compute a log's KV the same way
-whichever of its earlier requests left part of it cached (vLLM's prefill does, bit for bit: docs/engines.md). How
-far the contract holds beside other sessions' requests is the engine's `exactness`.
+whichever of its earlier requests left part of it cached (vLLM's prefill does: bit for bit on the Intel Xeon measured,
+the same tokens with logprobs 4e-6 apart on an AMD EPYC, whose kernels sum other row counts in another order:
+docs/engines.md, "Bit-equality across chunkings"). How far the contract holds beside other sessions' requests is the
+engine's `exactness`.
 
 Every call reports token accounting, measured, never estimated, by the call that did the work: a deferred prefill
 reports `TokenUsage()` and the request that computes its tokens counts them (for one request,

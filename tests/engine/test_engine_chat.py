@@ -8,7 +8,7 @@ import pytest
 from app.engine.chat import ChatMLTemplate
 from app.engine.hf import HFEngine
 from app.engine.model_store import resolve_model
-from app.engine.protocol import ChatTemplate
+from app.engine.protocol import ChatTemplate, Sampling
 from tests.support import MODEL_CACHE
 
 MESSAGES = [
@@ -42,8 +42,24 @@ def hf_template_ids(chat: ChatMLTemplate, messages: list[dict[str, str]], genera
     return [int(i) for i in ids]
 
 
-def test_is_a_chat_template(engine: HFEngine) -> None:
-    assert isinstance(engine.chat, ChatTemplate)
+async def test_the_engines_template_stops_a_generated_turn_where_a_rendered_block_closes(engine: HFEngine) -> None:
+    """What the runtime does with `engine.chat` (the ChatTemplate protocol), on the real model: it prompts with
+    rendered blocks and the assistant header, the engine stops sampling at one of the template's stop tokens and keeps
+    it out of the reply, and the runtime closes the reply with `end_of_turn()`. The log must then hold exactly the
+    block `render_block` makes for the reply's text, or a replay (which renders stored text) would not be the log
+    the original run computed."""
+    chat: ChatTemplate = engine.chat
+    prompt = [*chat.render_block("system", MESSAGES[0]["content"]), *chat.render_block("user", "Say only: yes"),
+              *chat.assistant_header()]
+    handle = await engine.open("chat-template")
+    await engine.prefill(handle, prompt)
+    reply = await engine.generate(handle, Sampling(max_tokens=40))
+    assert reply.finish_reason == "stop" and reply.token_ids, reply  # stopped by a stop token, not by the length
+    assert not set(reply.token_ids) & chat.stop_token_ids
+    assert chat.decode(reply.token_ids) == reply.text and chat.encode(reply.text) == reply.token_ids
+    assert chat.end_of_turn()[0] in chat.stop_token_ids  # the token that ends a generated turn closes a block
+    closed = [*handle.tokens, *chat.end_of_turn()]
+    assert closed == [*prompt[: -len(chat.assistant_header())], *chat.render_block("assistant", reply.text)]
 
 
 @pytest.mark.parametrize("n_messages", [1, 2, 3, 5])

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
 import pytest
 
+from app.engine import hf_cache
 from app.engine.hf import HFEngine
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenUsage
 from tests.engine.engine_helpers import GREEDY, conversation, kv_equal, run_chunks, sampled
@@ -198,22 +201,27 @@ async def test_bad_token_ids_are_refused(engine: HFEngine) -> None:
     assert handle.tokens == []
 
 
-async def test_model_work_does_not_block_the_event_loop(engine: HFEngine) -> None:
+async def test_model_work_does_not_block_the_event_loop(engine: HFEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward pass runs while the event loop goes on serving: the pass, held at its start, asks the loop to run a
+    callback and waits for it before it computes. On the loop's own thread that callback could never run (the loop
+    is stuck in the pass), and the wait would end unanswered (its limit only bounds that bug)."""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+    passes: list[tuple[int, bool]] = []  # per forward pass: its thread, and whether the loop ran while it was held
+    forward = hf_cache.forward
+
+    def held(*args: Any) -> int:
+        loop_ran = threading.Event()
+        loop.call_soon_threadsafe(loop_ran.set)
+        passes.append((threading.get_ident(), loop_ran.wait(timeout=60)))
+        return forward(*args)
+
+    monkeypatch.setattr(hf_cache, "forward", held)
     handle = await engine.open("loop")
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    try:
-        await engine.prefill(handle, conversation(engine) * 3)
-    finally:
-        task.cancel()
-    assert ticks > 50
+    tokens = conversation(engine)
+    assert await engine.prefill(handle, tokens) == TokenUsage(reused=0, prefilled=len(tokens))
+    assert passes and all(ran for _, ran in passes), passes
+    assert loop_thread not in {thread for thread, _ in passes}
 
 
 async def test_a_stored_recipe_rebuilds_the_same_cache(engine: HFEngine) -> None:

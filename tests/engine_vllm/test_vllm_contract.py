@@ -153,7 +153,7 @@ async def test_remote_requests_carry_the_log_salt_seed_and_explicit_sampling(cha
 
 
 async def test_a_handle_moved_to_a_new_cache_generation_sends_its_salt(chat: ChatMLTemplate) -> None:
-    """What transition.sync does when a forget bumped the session's cache generation (runtime/salts.py)."""
+    """What engine_calls.sync does when a forget bumped the session's cache generation (runtime/salts.py)."""
     fleet = ScriptedFleet(chat)
     engine = remote(fleet)
     await engine.start()

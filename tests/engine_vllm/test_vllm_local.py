@@ -30,6 +30,12 @@ from tests.support import MODEL_CACHE
 
 KV_CACHE_BYTES = 128 << 20  # ~2,900 float32 tokens (22 blocks) of SmolLM2: small enough to evict on purpose
 MODES = {"greedy": GREEDY, "sampled": sampled(transition_seed(7, 3))}
+# How far a logprob may move when the same log is computed split otherwise between requests (blocks from earlier
+# requests and a tail, or one pass): the CPU's matrix kernels may sum in another order for another number of rows.
+# Bit-equal on the Intel Xeon (AVX-512) this suite was written on; the same kind of difference, a prefill in several
+# steps against one, measured 4.2e-6 on an AMD EPYC (test_vllm_scheduler.py's CHUNKING_LOGPROB_BOUND explains 1e-4).
+# Comparisons of computations split the same way (a replay against its counterfactual) stay bit for bit.
+CHUNKING_LOGPROB_BOUND = 1e-4
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -103,10 +109,15 @@ async def test_turn_usage_through_the_runtime_adds_up(engine: VLLMEngine) -> Non
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_crop_then_continue_equals_a_fresh_run_over_the_same_tokens(engine: VLLMEngine, mode: str) -> None:
-    """The replay after a crop in the middle of a block equals a run of the final log in one request, under another
-    tenant's salt (nothing shared), token for token and logprob for logprob: the cut block is recomputed from its
-    start in both. (The decode in turn 1 stays inside one block here; the next test is the case where it does not.)"""
+async def test_crop_then_continue_samples_what_a_fresh_run_over_the_same_tokens_samples(
+    engine: VLLMEngine, mode: str
+) -> None:
+    """The replay after a crop in the middle of a block samples what a run of the final log in one request samples,
+    under another tenant's salt (nothing shared), token for token, with logprobs within CHUNKING_LOGPROB_BOUND: the
+    cut block is recomputed from its start in both, but the replay's earlier blocks were computed by the requests of
+    turn 1 and its tail by a request of its own, where the fresh run computes the whole log in one pass, so equal
+    bits rest on the CPU's kernels (docs/engines.md row 2; the bound explains). (The decode in turn 1 stays inside
+    one block here; the next test is the case where it does not.)"""
     chat, sampling = engine.chat, MODES[mode]
     subject = await engine.open("subject", salt=salt())
     await engine.prefill(subject, facts(chat))
@@ -129,7 +140,9 @@ async def test_crop_then_continue_equals_a_fresh_run_over_the_same_tokens(engine
     replay_ids, replay_lp = await engine.sample_logprobs(subject, sampling)
     fresh_ids, fresh_lp = await engine.sample_logprobs(fresh, sampling)
     assert replay_ids == fresh_ids == replayed.token_ids[: len(replay_ids)]
-    assert replay_lp == fresh_lp, max_abs_diff(replay_lp, fresh_lp)  # bit for bit
+    drift = max_abs_diff(replay_lp, fresh_lp)
+    assert drift <= CHUNKING_LOGPROB_BOUND, (drift, replay_lp, fresh_lp)
+    print(f"[{mode}] replay after a crop vs one request over the log: max |d logprob| = {drift:.3g}")
 
 
 async def test_forget_one_transition_equals_the_counterfactual_session(engine: VLLMEngine) -> None:
@@ -231,10 +244,16 @@ async def test_fork_shares_the_cached_blocks(engine: VLLMEngine) -> None:
     assert theirs.usage.reused == (len(twin.tokens) - len(theirs.token_ids)) // BLOCK * BLOCK
 
 
-async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLLMEngine) -> None:
+async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(
+    engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """max_num_seqs=1 (exactness "unbatched") runs one sequence at a time: concurrent calls give the solo results bit
-    for bit.
-    (With batching, logprobs of batched requests differ: `python -m bench.vllm_batching` measures how often.)"""
+    for bit. (With batching, logprobs of batched requests differ: `python -m bench.vllm_batching` measures how often.)
+
+    And the loop stays free while the engine computes: the second call's request reaches vLLM's engine core while
+    the first one's is still being computed there, and a callback the loop is given as each request goes in runs
+    before any answer comes back. A call that held the loop until its answer (a blocking wait for the engine core)
+    would answer the first request before the second one is sent, and run the callbacks only afterwards."""
     chat = engine.chat
     logs = [facts(chat, 20), [*chat.render_block("user", "Tell me about tea and sailing."), *chat.assistant_header()]]
     probe = sampled(42, max_tokens=16)
@@ -245,24 +264,28 @@ async def test_concurrent_sessions_are_exact_and_the_loop_stays_free(engine: VLL
             return list(await asyncio.gather(*(engine.sample_logprobs(h, probe) for h in handles)))
         return [await engine.sample_logprobs(h, probe) for h in handles]
 
-    gaps: list[float] = []
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while not stop.is_set():
-            await asyncio.sleep(0.01)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
     solo = await run_all(concurrently=False)
-    tick = asyncio.create_task(ticker())
+    loop = asyncio.get_running_loop()
+    events: list[str] = []  # in the order the loop saw them
+    llm = engine._started()
+    add, request = llm.engine_core.add_request_async, engine._request
+
+    async def adding(core_request: object) -> None:
+        await add(core_request)
+        events.append("added")  # in the engine core now
+        loop.call_soon(events.append, "loop ran")
+
+    async def answered(handle: CacheHandle, log_ids: list[int], params: object) -> object:
+        output = await request(handle, log_ids, params)
+        events.append("answered")
+        return output
+
+    monkeypatch.setattr(llm.engine_core, "add_request_async", adding)
+    monkeypatch.setattr(engine, "_request", answered)
     together = await run_all(concurrently=True)
-    stop.set()
-    await tick
     assert together == solo
-    assert max(gaps) < 0.5, f"the event loop stalled for {max(gaps):.2f} s"
+    assert sorted(events[:4]) == ["added", "added", "loop ran", "loop ran"], events
+    assert events[4:] == ["answered", "answered"], events
 
 
 async def test_a_forget_s_request_is_scheduled_before_a_live_one_queued_earlier(

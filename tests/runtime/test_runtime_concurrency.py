@@ -13,11 +13,9 @@ import pytest
 
 from app.engine.protocol import CacheHandle
 from app.sessions.endpoints import get_sessions
-from app.sessions.service import SessionService
-from app.web.deps import ContainerDep
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import BOOTSTRAP_KEY, held_session, problem, rewired
+from tests.support import BOOTSTRAP_KEY, OverrideService, held_session, problem
 
 
 def test_concurrent_turns_on_one_session_never_interleave(client: httpx.Client, live_server: LiveServer) -> None:
@@ -42,17 +40,9 @@ def test_concurrent_turns_on_one_session_never_interleave(client: httpx.Client, 
 
 
 @pytest.fixture
-def short_lock_bound(live_server: LiveServer) -> Iterator[None]:
+def short_lock_bound(override_service: OverrideService) -> None:
     """The live app with a 0.3 s bound on waiting for a held session (the default outlasts a slow turn)."""
-
-    def sessions(container: ContainerDep) -> SessionService:
-        sessions: SessionService = rewired(container, session_lock_timeout_s=0.3).services.sessions
-        return sessions
-
-    overrides = live_server.app.dependency_overrides
-    overrides[get_sessions] = sessions
-    yield
-    overrides.pop(get_sessions, None)
+    override_service(get_sessions, "sessions", session_lock_timeout_s=0.3)
 
 
 def test_a_held_session_answers_409_session_busy_after_the_bound(
