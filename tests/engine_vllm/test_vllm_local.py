@@ -18,6 +18,7 @@ from app.runtime.blocks import Observation, render
 from app.runtime.engine_calls import Synced, advance
 from tests.engine_vllm.vllm_helpers import (
     BLOCK,
+    CHUNKING_LOGPROB_BOUND,
     GREEDY,
     added_while_paused,
     facts,
@@ -30,12 +31,6 @@ from tests.support import MODEL_CACHE
 
 KV_CACHE_BYTES = 128 << 20  # ~2,900 float32 tokens (22 blocks) of SmolLM2: small enough to evict on purpose
 MODES = {"greedy": GREEDY, "sampled": sampled(transition_seed(7, 3))}
-# How far a logprob may move when the same log is computed split otherwise between requests (blocks from earlier
-# requests and a tail, or one pass): the CPU's matrix kernels may sum in another order for another number of rows.
-# Bit-equal on the Intel Xeon (AVX-512) this suite was written on; the same kind of difference, a prefill in several
-# steps against one, measured 4.2e-6 on an AMD EPYC (test_vllm_scheduler.py's CHUNKING_LOGPROB_BOUND explains 1e-4).
-# Comparisons of computations split the same way (a replay against its counterfactual) stay bit for bit.
-CHUNKING_LOGPROB_BOUND = 1e-4
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -19,7 +19,14 @@ from app.engine.priority import Priority, engine_priority
 from app.engine.protocol import CacheHandle, Generation
 from app.engine.sampling import transition_seed
 from app.engine.vllm_local import VLLMEngine
-from tests.engine_vllm.vllm_helpers import GREEDY, added_while_paused, max_abs_diff, salt, sampled
+from tests.engine_vllm.vllm_helpers import (
+    CHUNKING_LOGPROB_BOUND,
+    GREEDY,
+    added_while_paused,
+    max_abs_diff,
+    salt,
+    sampled,
+)
 
 LIVE_TOKENS = 64
 
@@ -199,14 +206,6 @@ async def test_while_only_live_work_runs_a_long_prefill_is_cut_into_short_steps(
     assert len((await asyncio.wait_for(long, 120)).outputs[0].token_ids) == 4
     assert len((await asyncio.wait_for(beside, 180)).outputs[0].token_ids) == 200
 
-
-# How far a logprob may move when the same prompt is computed in other chunks (several live steps, or one step):
-# the matrix kernels that run (MKL and oneDNN pick their code paths by the CPU's vendor and instruction set) may sum
-# in another order for another number of rows, which moves the last float32 bits. Measured: bit-equal on the Intel
-# Xeon (AVX-512) this suite was written on, 4.2e-6 on an AMD EPYC (-1.2256367 against -1.2256325). 1e-4 is some 25x
-# that, of the order of the largest float32 drift docs/engines.md measured for a like difference (batching, 6.5e-5);
-# the tokens, which a replay must reproduce, stay asserted equal.
-CHUNKING_LOGPROB_BOUND = 1e-4
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
