@@ -1,5 +1,5 @@
 """Forget requests, jobs and detector webhooks as the API shows them (the stored receipt is app/forget/receipts.py;
-flags: app/webhooks/payload.py)."""
+flags: app/webhooks/schemas.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from app.web.deps import ContainerDep, PrincipalDep
 from app.web.params import Cursor
 from app.web.problems import problem_doc
 from app.webhooks.deliveries import page_deliveries
-from app.webhooks.payload import DetectorWebhook
+from app.webhooks.schemas import DetectorWebhook
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 

@@ -40,7 +40,7 @@ from app.forget.strategies import STRATEGIES
 from app.ids import plausible
 from app.tenants import repository as tenants_repo
 from app.text import storable
-from app.webhooks.payload import DetectorWebhook
+from app.webhooks.schemas import DetectorWebhook
 
 log = logging.getLogger(__name__)
 
