@@ -24,6 +24,7 @@ from app.policies import build_policies
 from app.sessions.service import SessionService
 from app.settings import Settings
 from app.tenants.service import TenantService
+from app.threads.service import ThreadService
 from app.webhooks.service import DetectorWebhooks
 
 
@@ -40,6 +41,7 @@ class Services:
     webhooks: DetectorWebhooks
     conversations: CompatService
     chat: ChatService
+    threads: ThreadService
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Container:
             webhooks=DetectorWebhooks(self.db, forget),
             conversations=CompatService(self.db, self.engine, sessions, forget),
             chat=ChatService(self.db, self.engine, sessions, forget),
+            threads=ThreadService(self.db, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
         )
 
     def forget_worker(self) -> ForgetWorker:

@@ -113,6 +113,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Request bodies above this answer 413.")
+    thread_max_checkpoint_bytes: int = Field(
+        default=524_288, ge=1024,
+        description="A LangGraph checkpoint's serialized bytes (with its new channel values), or one task's writes, "
+        "above this answer 413 (app/threads/).",
+    )
     db_pool_size: int = Field(default=10, ge=1)
     http_workers: int = Field(
         default=1, ge=1, le=64,

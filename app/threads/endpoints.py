@@ -1,0 +1,137 @@
+"""LangGraph threads (checkpoints, blobs, pending writes): HTTP in and out; the rules live in app/threads/service.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from app.threads.schemas import (
+    CHECKPOINT_ID_PATTERN,
+    TEXT_PATTERN,
+    THREAD_ID_PATTERN,
+    CheckpointOut,
+    CheckpointPage,
+    CopyIn,
+    CopyOut,
+    DeletedOut,
+    DeleteOut,
+    PruneIn,
+    PutCheckpoint,
+    PutOut,
+    PutWrites,
+    PutWritesOut,
+    RewriteIn,
+    RewriteOut,
+    RunsIn,
+    ThreadValues,
+)
+from app.threads.service import ThreadService
+from app.web.deps import ContainerDep, PrincipalDep
+from app.web.params import Cursor
+from app.web.problems import problem_doc
+
+router = APIRouter(prefix="/v1/threads", tags=["threads"])
+
+ThreadId = Annotated[str, Path(min_length=1, max_length=200, pattern=THREAD_ID_PATTERN)]
+CheckpointId = Annotated[str, Path(min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN)]
+NamespaceQuery = Annotated[str, Query(max_length=500, pattern=TEXT_PATTERN, description="The checkpoint namespace")]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+DELETED: dict[int | str, dict[str, Any]] = {
+    412: problem_doc("`thread-deleted`: the checkpoint, or the one it follows, was deleted; `thread-rewritten`: the "
+                     "thread was rewritten (forget_message) after this write's base was read"),
+    413: problem_doc("The checkpoint's or the writes' bytes are over LETHE_THREAD_MAX_CHECKPOINT_BYTES"),
+}
+
+
+async def get_threads(container: ContainerDep) -> ThreadService:
+    return container.services.threads
+
+
+ThreadsDep = Annotated[ThreadService, Depends(get_threads)]
+
+
+@router.post(":delete_for_runs", response_model=DeletedOut, summary="Delete every checkpoint of these runs")
+async def delete_for_runs(body: RunsIn, principal: PrincipalDep, threads: ThreadsDep) -> DeletedOut:
+    return await threads.delete_for_runs(principal.tenant_id, body.run_ids)
+
+
+@router.post(":prune", response_model=DeletedOut, summary="Keep only each namespace's latest checkpoint, or none")
+async def prune(body: PruneIn, principal: PrincipalDep, threads: ThreadsDep) -> DeletedOut:
+    return await threads.prune(principal.tenant_id, body.thread_ids, body.strategy)
+
+
+@router.put(
+    "/{thread_id}/checkpoints/{checkpoint_id}", response_model=PutOut, summary="Store a checkpoint", responses=DELETED,
+)
+async def put_checkpoint(
+    thread_id: ThreadId, checkpoint_id: CheckpointId, body: PutCheckpoint, principal: PrincipalDep,
+    threads: ThreadsDep,
+) -> PutOut:
+    return await threads.put(principal.tenant_id, thread_id, checkpoint_id, body)
+
+
+@router.post(
+    "/{thread_id}/checkpoints/{checkpoint_id}/writes", response_model=PutWritesOut,
+    summary="Store a task's pending writes", responses=DELETED,
+)
+async def put_writes(
+    thread_id: ThreadId, checkpoint_id: CheckpointId, body: PutWrites, principal: PrincipalDep, threads: ThreadsDep,
+) -> PutWritesOut:
+    return await threads.put_writes(principal.tenant_id, thread_id, checkpoint_id, body)
+
+
+@router.get("/{thread_id}/checkpoints/{checkpoint_id}", response_model=CheckpointOut, summary="Read a checkpoint")
+async def get_checkpoint(
+    thread_id: ThreadId, checkpoint_id: CheckpointId, principal: PrincipalDep, threads: ThreadsDep,
+    checkpoint_ns: NamespaceQuery = "",
+) -> CheckpointOut:
+    return await threads.get(principal.tenant_id, thread_id, checkpoint_ns, checkpoint_id)
+
+
+@router.get("/{thread_id}/checkpoints", response_model=CheckpointPage, summary="A thread's checkpoints, newest first")
+async def list_checkpoints(
+    thread_id: ThreadId, principal: PrincipalDep, threads: ThreadsDep,
+    checkpoint_ns: Annotated[str | None, Query(
+        max_length=500, pattern=TEXT_PATTERN, description="Only this namespace; absent: every namespace"
+    )] = None,
+    before: Annotated[str | None, Query(
+        min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN, description="Only checkpoints older than this id"
+    )] = None,
+    metadata: Annotated[str | None, Query(
+        max_length=10_000, description='A JSON object: only checkpoints whose metadata holds it ({"source": "loop"})'
+    )] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> CheckpointPage:
+    return await threads.page(principal.tenant_id, thread_id, checkpoint_ns=checkpoint_ns, before=before,
+                              metadata=metadata, limit=limit, cursor=cursor)
+
+
+@router.delete("/{thread_id}", response_model=DeleteOut, summary="Delete a thread, durably")
+async def delete_thread(thread_id: ThreadId, principal: PrincipalDep, threads: ThreadsDep) -> DeleteOut:
+    return await threads.delete(principal.tenant_id, thread_id)
+
+
+@router.post(
+    "/{thread_id}:copy", response_model=CopyOut, summary="Copy a thread's checkpoints and writes to another thread",
+    responses={412: problem_doc("Some of these checkpoints were deleted from the target thread before")},
+)
+async def copy_thread(thread_id: ThreadId, body: CopyIn, principal: PrincipalDep, threads: ThreadsDep) -> CopyOut:
+    return await threads.copy(principal.tenant_id, thread_id, body.target_thread_id)
+
+
+@router.get("/{thread_id}/values", response_model=ThreadValues, summary="Every serialized value of a thread")
+async def thread_values(thread_id: ThreadId, principal: PrincipalDep, threads: ThreadsDep) -> ThreadValues:
+    return await threads.values(principal.tenant_id, thread_id)
+
+
+@router.post(
+    "/{thread_id}:rewrite", response_model=RewriteOut, summary="Replace serialized values, atomically",
+    responses={412: problem_doc("`thread-changed`: the thread was written since `revision`")},
+)
+async def rewrite_thread(
+    thread_id: ThreadId, body: RewriteIn, principal: PrincipalDep, threads: ThreadsDep,
+) -> RewriteOut:
+    return await threads.rewrite(principal.tenant_id, thread_id, body)
