@@ -20,6 +20,10 @@ API_PATHS = [
     "/v1/forget/{id}", "/v1/webhooks/detector", "/v1/webhooks/deliveries", "/v1/memory/{namespace}/{key}",
     "/v1/memory/{namespace}:batch",
     "/v1/memory/{namespace}", "/v1/memory/{namespace}/{key}/history", "/healthz", "/readyz", "/metrics",
+    "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes",
+    "/v1/threads/{thread_id}/checkpoints", "/v1/threads/{thread_id}", "/v1/threads:delete_for_runs",
+    "/v1/threads:prune", "/v1/threads/{thread_id}:copy", "/v1/threads/{thread_id}/values",
+    "/v1/threads/{thread_id}:rewrite",
 ]
 
 # Paths the contract names whose routes have not landed: the data-subject section (subjects, retention, legal holds)
