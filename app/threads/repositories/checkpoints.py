@@ -110,13 +110,21 @@ _BURY = Statement(
 )
 
 # One checkpoint or a page of them, newest first, each with its blobs and its writes in `writes_sort_key` order.
+# The page is chosen first (an index scan of the primary key, newest first) and only its rows are filled in: filled
+# before the LIMIT, every checkpoint of the thread would be.
 _SELECT = """
+    WITH page AS (
+        SELECT c.* FROM thread_checkpoints c
+         WHERE c.tenant_id = :tenant_id AND c.thread_id = :thread_id {where}
+         ORDER BY {order}
+         LIMIT :limit
+    )
     SELECT c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.type, c.checkpoint, c.metadata,
            (SELECT t.generation FROM threads t WHERE t.tenant_id = c.tenant_id AND t.thread_id = c.thread_id)
                AS generation,
            b.channels, b.versions, b.types, b.blobs,
            w.task_ids, w.idxs, w.channels AS w_channels, w.types AS w_types, w.blobs AS w_blobs, w.paths
-      FROM thread_checkpoints c
+      FROM page c
       LEFT JOIN LATERAL (
         SELECT array_agg(tb.channel) AS channels, array_agg(tb.version) AS versions, array_agg(tb.type) AS types,
                array_agg(tb.blob) AS blobs
@@ -136,23 +144,30 @@ _SELECT = """
          WHERE tw.tenant_id = c.tenant_id AND tw.thread_id = c.thread_id AND tw.checkpoint_ns = c.checkpoint_ns
            AND tw.checkpoint_id = c.checkpoint_id
       ) w ON true
-     WHERE c.tenant_id = :tenant_id AND c.thread_id = :thread_id {where}
-     ORDER BY c.checkpoint_id DESC, c.checkpoint_ns DESC
-     LIMIT :limit
+     ORDER BY {order}
+"""
+_FILTERS = """
+       AND (CAST(:before AS text) IS NULL OR c.checkpoint_id < CAST(:before AS text))
+       AND c.metadata @> :filter
 """
 _ONE = Statement(
-    _SELECT.format(where="AND c.checkpoint_ns = :checkpoint_ns AND c.checkpoint_id = :checkpoint_id"),
+    _SELECT.format(where="AND c.checkpoint_ns = :checkpoint_ns AND c.checkpoint_id = :checkpoint_id",
+                   order="c.checkpoint_id DESC"),
     json=["metadata"],
 )
-# `before` is LangGraph's (every checkpoint older than that id); `after_id`/`after_ns` a page's cursor.
-_PAGE = Statement(
-    _SELECT.format(where="""
-       AND (CAST(:checkpoint_ns AS text) IS NULL OR c.checkpoint_ns = CAST(:checkpoint_ns AS text))
-       AND (CAST(:before AS text) IS NULL OR c.checkpoint_id < CAST(:before AS text))
+# One namespace (what LangGraph asks for): a backward scan of the primary key. `after_id` is a page's cursor.
+_PAGE_NS = Statement(
+    _SELECT.format(where="AND c.checkpoint_ns = :checkpoint_ns" + _FILTERS
+                   + "AND (CAST(:after_id AS text) IS NULL OR c.checkpoint_id < CAST(:after_id AS text))",
+                   order="c.checkpoint_id DESC"),
+    json=["metadata", "filter"],
+)
+# Every namespace, newest first across them; `before` is LangGraph's (every checkpoint older than that id).
+_PAGE_ALL = Statement(
+    _SELECT.format(where=_FILTERS + """
        AND (CAST(:after_id AS text) IS NULL
-            OR (c.checkpoint_id, c.checkpoint_ns) < (CAST(:after_id AS text), CAST(:after_ns AS text)))
-       AND c.metadata @> :filter
-    """),
+            OR (c.checkpoint_id, c.checkpoint_ns) < (CAST(:after_id AS text), CAST(:after_ns AS text)))""",
+                   order="c.checkpoint_id DESC, c.checkpoint_ns DESC"),
     json=["metadata", "filter"],
 )
 
@@ -217,11 +232,14 @@ async def page(
     sql: Sql, tenant_id: str, thread_id: str, *, checkpoint_ns: str | None, before: str | None,
     after: tuple[str, str] | None, metadata: dict[str, Any], limit: int,
 ) -> list[Stored]:
-    rows = await sql.all(_PAGE, {
-        **key(tenant_id, thread_id), "checkpoint_ns": checkpoint_ns, "before": before,
-        "after_id": after[0] if after else None, "after_ns": after[1] if after else None, "filter": metadata,
+    params = {
+        **key(tenant_id, thread_id), "before": before, "after_id": after[0] if after else None, "filter": metadata,
         "limit": limit,
-    })
+    }
+    if checkpoint_ns is not None:
+        rows = await sql.all(_PAGE_NS, {**params, "checkpoint_ns": checkpoint_ns})
+    else:
+        rows = await sql.all(_PAGE_ALL, {**params, "after_ns": after[1] if after else None})
     return [_stored(row) for row in rows]
 
 
