@@ -60,6 +60,41 @@ def forward(model: Any, pool: CachePool[HandleState], state: HandleState, token_
     return len(token_ids)
 
 
+def forward_all(model: Any, pool: CachePool[HandleState], state: HandleState, token_ids: list[int]) -> torch.Tensor:
+    """`forward`, keeping every position's logits: row i is what decides the token after `token_ids[i]` (a draft's
+    verification, hf.py)."""
+    vocab = int(model.config.vocab_size)
+    if min(token_ids) < 0 or max(token_ids) >= vocab:
+        raise ValueError(f"token ids must lie in [0, {vocab})")
+    try:
+        out = model(input_ids=torch.tensor([token_ids], dtype=torch.long), past_key_values=state.cache, use_cache=True)
+    except BaseException:
+        pool.drop(state)
+        state.evict()
+        raise
+    rows: torch.Tensor = out.logits[0]
+    state.logits = rows[-1]
+    state.chunks.append(len(token_ids))
+    state.covered.extend(token_ids)
+    return rows
+
+
+def cut_last_chunk(state: HandleState, keep: int) -> None:
+    """Keep the first `keep` tokens of the last chunk (a slice of every layer). The shorter chunk is *not* what a
+    pass over those tokens alone computes (float noise), so a caller cuts only inside work it discards before the
+    call ends (a verification's rejected tail, hf.py), never to leave it in a recipe."""
+    drop = state.chunks[-1] - keep
+    if drop <= 0:
+        return
+    state.cache.crop(-drop)
+    del state.covered[len(state.covered) - drop :]
+    if keep:
+        state.chunks[-1] = keep
+    else:
+        state.chunks.pop()
+    state.logits = None
+
+
 def make_resident(model: Any, pool: CachePool[HandleState], state: HandleState) -> int:
     """Rebuild an evicted cache by replaying its chunks; returns the tokens recomputed."""
     if state.cache is not None:

@@ -35,10 +35,14 @@ from typing import Literal, Protocol, runtime_checkable
 class TokenUsage:
     reused: int = 0  # tokens whose KV came from cache (including a prefix-cache hit)
     prefilled: int = 0  # prompt tokens whose KV was computed by this call
-    decoded: int = 0  # tokens sampled by this call
+    decoded: int = 0  # tokens sampled by this call's decode steps (a stop token included)
+    verified: int = 0  # tokens of a draft this call accepted without decoding them (a stop decision included)
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(self.reused + other.reused, self.prefilled + other.prefilled, self.decoded + other.decoded)
+        return TokenUsage(
+            self.reused + other.reused, self.prefilled + other.prefilled, self.decoded + other.decoded,
+            self.verified + other.verified,
+        )
 
 
 @dataclass(frozen=True)
@@ -175,12 +179,19 @@ class KVEngine(Protocol):
         ...
 
     async def generate(
-        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
+        *, draft: list[int] | None = None,
     ) -> Generation:
         """Sample a continuation of the log and append it (stop token excluded) to the log; the usage counts the
         prompt tokens computed for it, deferred prefills included. `on_tokens`, when
         given, receives sampled token ids as they come (possibly from another thread; an engine that cannot stream
-        calls it once with all of them)."""
+        calls it once with all of them).
+
+        `draft`: the tokens a replay expects (the recorded reply of the transition it replays). It is a hint, never an
+        input: the result is the generation decoding would return, token for token. An engine that can verify (hf)
+        checks the draft in one forward pass and accepts the prefix whose every decision is certified
+        (engine/verify.py), decoding from the first disagreement; it counts accepted tokens as `usage.verified`. An
+        engine that cannot (the vLLM ones for now) ignores it and decodes."""
         ...
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:

@@ -260,7 +260,8 @@ class VLLMEngine:
         return self._account(handle, log_ids, output, computed=log_ids)
 
     async def generate(
-        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
+        *, draft: list[int] | None = None,  # not verified here yet: decoded (protocol.py)
     ) -> Generation:
         # One request answers with the whole completion, so a streaming caller gets it as one delta.
         validate(sampling)

@@ -226,10 +226,12 @@ class EngineClient:
         return prefilled.usage
 
     async def generate(
-        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
+        *, draft: list[int] | None = None,
     ) -> Generation:
         stream = on_tokens is not None
-        generated = await self._on(handle, lambda at: m.Generate(at, sampling, stream), on_tokens)
+        hint = None if draft is None else tuple(draft)
+        generated = await self._on(handle, lambda at: m.Generate(at, sampling, stream, hint), on_tokens)
         generation = generated.generation
         handle.tokens.extend(generation.token_ids)
         self._check(handle, generated.state)

@@ -177,6 +177,7 @@ class Generate(Request[Generated]):
     at: At
     sampling: Sampling
     stream: bool = False  # send the tokens as they are sampled
+    draft: tuple[int, ...] | None = None  # a replay's recorded reply, to verify (KVEngine.generate)
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,10 @@ class EngineServer:
         held = self._held(request.at)
         await self._align(held, request.at)
         held.version += 1  # even a cancelled generation may have appended tokens
-        generation = await self.engine.generate(held.handle, request.sampling, on_tokens if request.stream else None)
+        draft = None if request.draft is None else list(request.draft)
+        generation = await self.engine.generate(
+            held.handle, request.sampling, on_tokens if request.stream else None, draft=draft
+        )
         held.version += 1
         return m.Generated(generation, self._state(held))
 
