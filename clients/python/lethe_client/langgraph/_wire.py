@@ -80,7 +80,7 @@ def put(
     new_versions: ChannelVersions,
 ) -> Request:
     thread_id, checkpoint_ns, parent_id = thread_of(config)
-    bare = dict(checkpoint)
+    bare: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = bare.pop("channel_values", {})  # stored once per version, as blobs
     blobs = []
     for channel, version in new_versions.items():

@@ -277,7 +277,7 @@ def _listed(config: RunnableConfig | None) -> RunnableConfig:
 
 
 def _matches(found: CheckpointTuple, filter: dict[str, Any] | None) -> bool:
-    return all(found.metadata.get(k) == v for k, v in (filter or {}).items())  # type: ignore[misc]
+    return all(found.metadata.get(k) == v for k, v in (filter or {}).items())
 
 
 def _gave_up(thread_id: str) -> LetheAPIError:
