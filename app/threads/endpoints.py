@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
+from pydantic import BaseModel
 
 from app.threads.schemas import (
     CHECKPOINT_ID_PATTERN,
@@ -45,6 +46,12 @@ DELETED: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _json(model: BaseModel) -> Response:
+    """The answer serialized once by its own model: the hot routes (a LangGraph run's put and get_tuple) skip
+    FastAPI's second validation and encoding pass; `response_model` still documents the shape."""
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
 async def get_threads(container: ContainerDep) -> ThreadService:
     return container.services.threads
 
@@ -68,8 +75,8 @@ async def prune(body: PruneIn, principal: PrincipalDep, threads: ThreadsDep) -> 
 async def put_checkpoint(
     thread_id: ThreadId, checkpoint_id: CheckpointId, body: PutCheckpoint, principal: PrincipalDep,
     threads: ThreadsDep,
-) -> PutOut:
-    return await threads.put(principal.tenant_id, thread_id, checkpoint_id, body)
+) -> Response:
+    return _json(await threads.put(principal.tenant_id, thread_id, checkpoint_id, body))
 
 
 @router.post(
@@ -78,16 +85,16 @@ async def put_checkpoint(
 )
 async def put_writes(
     thread_id: ThreadId, checkpoint_id: CheckpointId, body: PutWrites, principal: PrincipalDep, threads: ThreadsDep,
-) -> PutWritesOut:
-    return await threads.put_writes(principal.tenant_id, thread_id, checkpoint_id, body)
+) -> Response:
+    return _json(await threads.put_writes(principal.tenant_id, thread_id, checkpoint_id, body))
 
 
 @router.get("/{thread_id}/checkpoints/{checkpoint_id}", response_model=CheckpointOut, summary="Read a checkpoint")
 async def get_checkpoint(
     thread_id: ThreadId, checkpoint_id: CheckpointId, principal: PrincipalDep, threads: ThreadsDep,
     checkpoint_ns: NamespaceQuery = "",
-) -> CheckpointOut:
-    return await threads.get(principal.tenant_id, thread_id, checkpoint_ns, checkpoint_id)
+) -> Response:
+    return _json(await threads.get(principal.tenant_id, thread_id, checkpoint_ns, checkpoint_id))
 
 
 @router.get("/{thread_id}/checkpoints", response_model=CheckpointPage, summary="A thread's checkpoints, newest first")
@@ -104,9 +111,9 @@ async def list_checkpoints(
     )] = None,
     limit: Limit = 100,
     cursor: Cursor = None,
-) -> CheckpointPage:
-    return await threads.page(principal.tenant_id, thread_id, checkpoint_ns=checkpoint_ns, before=before,
-                              metadata=metadata, limit=limit, cursor=cursor)
+) -> Response:
+    return _json(await threads.page(principal.tenant_id, thread_id, checkpoint_ns=checkpoint_ns, before=before,
+                                    metadata=metadata, limit=limit, cursor=cursor))
 
 
 @router.delete("/{thread_id}", response_model=DeleteOut, summary="Delete a thread, durably")
