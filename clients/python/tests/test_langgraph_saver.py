@@ -234,3 +234,23 @@ def test_a_malformed_thread_id_answers_422(saver: LetheSaver) -> None:
     with pytest.raises(ValidationError):
         saver.put({"configurable": {"thread_id": "has space", "checkpoint_ns": ""}}, empty_checkpoint(),
                   {"source": "input", "step": -1, "parents": {}}, {})
+
+
+def test_the_sync_extended_methods(saver: LetheSaver, unique: str) -> None:
+    """The conformance suite drives the async methods; the sync twins of the extended ones, here."""
+    source, target = f"s-{unique}", f"d-{unique}"
+    config = {"configurable": {"thread_id": source, "checkpoint_ns": ""}}
+    stored = []
+    for step, run in enumerate(["run-a", "run-a", "run-b"]):
+        checkpoint = empty_checkpoint()
+        config = saver.put(config, checkpoint, {"source": "loop", "step": step, "parents": {}, "run_id": run}, {})
+        stored.append(checkpoint["id"])
+    saver.copy_thread(source, target)
+    copied = [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": target}})]
+    assert copied == stored[::-1]
+    saver.prune([target], strategy="keep_latest")
+    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": target}})] == [stored[2]]
+    saver.delete_for_runs(["run-a"])  # in every thread of the tenant
+    assert [t.metadata["run_id"] for t in saver.list({"configurable": {"thread_id": source}})] == ["run-b"]
+    saver.prune([source], strategy="delete")
+    assert saver.get_tuple({"configurable": {"thread_id": source, "checkpoint_ns": ""}}) is None
