@@ -16,6 +16,7 @@ from app.forget.executor import ForgetExecutor
 from app.forget.service import ForgetService
 from app.forget.worker import ForgetWorker
 from app.memory.catalog import MemoryCatalog
+from app.memory.search import MemorySearch
 from app.memory.service import MemoryService
 from app.observability.metrics import Metrics
 from app.openai_compat.chat import ChatService
@@ -38,6 +39,7 @@ class Services:
     forget_executor: ForgetExecutor
     memory: MemoryService
     memory_catalog: MemoryCatalog
+    memory_search: MemorySearch
     webhooks: DetectorWebhooks
     conversations: CompatService
     chat: ChatService
@@ -73,19 +75,21 @@ class Container:
         )
         executor = ForgetExecutor(
             self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies,
-            lock_timeout_s=settings.forget_lock_timeout_s,
+            lock_timeout_s=settings.forget_lock_timeout_s, replay_verify=settings.replay_verify,
         )
+        # A forget's cascade is the selective-replay job over every session the record was injected into, queued in
+        # the tombstone's transaction (finished there when it reached none).
+        memory = MemoryService(self.db, cascade=JobCascade(
+            "selective_replay", "memory record forgotten",
+            on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
+        ))
         self.services = Services(
             sessions=sessions,
             forget=forget,
             forget_executor=executor,
-            # A forget's cascade is the selective-replay job over every session the record was injected into,
-            # queued in the tombstone's transaction (finished there when it reached none).
-            memory=MemoryService(self.db, cascade=JobCascade(
-                "selective_replay", "memory record forgotten",
-                on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
-            )),
+            memory=memory,
             memory_catalog=MemoryCatalog(self.db),
+            memory_search=MemorySearch(self.db, self.embedder, memory.expiry),
             webhooks=DetectorWebhooks(self.db, forget),
             conversations=CompatService(self.db, self.engine, sessions, forget),
             chat=ChatService(self.db, self.engine, sessions, forget),

@@ -73,6 +73,16 @@ class Settings(BaseSettings):
         description="How often a forget worker looks for jobs when no job event woke it (the fallback while the "
         "LISTEN connection is down).",
     )
+    memory_expiry_sweep_s: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="How often the expiry sweep forgets memory records whose time to live ran out (a read that meets "
+        "one forgets it at once).",
+    )
+    replay_verify: bool = Field(
+        default=True,
+        description="A forget's replay verifies each transition's recorded reply in one forward pass instead of "
+        "decoding it again (hf; certified token for token, docs/engines.md); off: every replayed reply is decoded.",
+    )
     forget_lock_timeout_s: float = Field(
         default=120.0, gt=0, le=3600, description="How long a forget waits for a turn in flight before requeueing."
     )

@@ -66,6 +66,7 @@ class ForgetExecutor:
         policies: ForgetLookup,
         *,
         lock_timeout_s: float = 120.0,
+        replay_verify: bool = True,
     ) -> None:
         self.db = db
         self.slot = engine
@@ -75,6 +76,7 @@ class ForgetExecutor:
         self.embedder = embedder
         self.policies = policies
         self.lock_timeout_s = lock_timeout_s
+        self.replay_verify = replay_verify  # LETHE_REPLAY_VERIFY: replays verify recorded replies (engine/verify.py)
 
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
         started = time.monotonic()
@@ -127,7 +129,7 @@ class ForgetExecutor:
                         similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
                     checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
                 policy = self.policies.of(session)
-                machinery = Machinery(self.slot.engine, self.handles, self.embedder, self.db)
+                machinery = Machinery(self.slot.engine, self.handles, self.embedder, self.db, self.replay_verify)
                 work = SessionWork(
                     machinery, policy, session, found.rows, found.located, found.closure, checkpoints,
                     provided=dict(receipt.provided), similar=similar,
@@ -255,7 +257,11 @@ class ForgetExecutor:
     def _observe_session(self, strategy: str, entry: SessionEntry) -> None:
         tokens = entry.tokens
         self.metrics.forget_transitions.labels(strategy=strategy).observe(entry.transitions_replayed)
-        for kind, count in (("reused", tokens.reused), ("prefilled", tokens.prefilled), ("decoded", tokens.decoded)):
+        counts = (
+            ("reused", tokens.reused), ("prefilled", tokens.prefilled), ("decoded", tokens.decoded),
+            ("verified", tokens.verified),
+        )
+        for kind, count in counts:
             self.metrics.forget_tokens.labels(strategy=strategy, kind=kind).inc(max(0, count or 0))
         self.metrics.forget_full_reset.labels(strategy=strategy).inc(max(0, tokens.full_reset_estimate))
 

@@ -21,6 +21,7 @@ class TokenCounts(BaseModel):
     reused: int
     prefilled: int | None = None  # a receipt's
     decoded: int | None = None  # a receipt's
+    verified: int | None = None  # a receipt's: reply tokens accepted from the recorded reply without decoding
     recompute_estimate: int | None = None  # a plan's
     full_reset_estimate: int
 
@@ -51,6 +52,15 @@ class SessionEntry(BaseModel):
     state_sha256_before: str | None = None
     state_sha256_after: str | None = None
     exactness: str | None = None  # KVEngine.exactness when the session was forgotten (unset in older receipts)
+    replay_modes: dict[str, str] | None = None  # per replayed reply (transition index): replay_mode()
+
+
+def replay_mode(verified: int, decoded: int) -> str:
+    """How a replayed reply was computed: `verified` (every token accepted from the recorded reply, none decoded),
+    `verified+decoded` (a prefix accepted, the rest decoded), `decoded` (decoded step by step)."""
+    if verified and decoded:
+        return "verified+decoded"
+    return "verified" if verified else "decoded"
 
 
 class MemoryEntry(BaseModel):

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.db.models import Artifact
+from app.forget.receipts import replay_mode
 from app.forget.replay import observation_of
 from app.forget.rewrite import Rewritten
 from app.forget.session_work import SessionWork
 from app.runtime import retrieval
-from app.runtime.blocks import MODEL_KINDS, Block, render
+from app.runtime.blocks import MODEL_KINDS, Block, render, sampled_of
 from app.runtime.records import artifact_row, edge_row
 from app.runtime.transition import Compaction, RetrievalView, SessionState, TransitionInput, step
 from app.sessions.repositories.artifact_search import Neighbor
@@ -176,7 +177,8 @@ class _Regeneration:
                 self._gone(row)
                 return
             sources = [f.neighbor() for f in summarized]
-            t = TransitionInput(row.turn, compaction=Compaction(0, (), sources=sources))
+            draft = work.m.engine.chat.encode(row.content) if work.m.replay_verify else None
+            t = TransitionInput(row.turn, compaction=Compaction(0, (), sources=sources), draft=draft)
         else:
             own = self._own(row.turn)
             if not own:
@@ -186,6 +188,7 @@ class _Regeneration:
                 row.turn, [Block(f.kind, f.content, f.token_ids) for f in own], keep_ids=[f.id for f in own],
                 vectors=[self._known_vector(f) for f in own],
                 view=RetrievalView(exclude=sorted(self.changed), fresh=list(self.fresh)),
+                draft=sampled_of(work.m.engine.chat, list(row.token_ids)) if work.m.replay_verify else None,
             )
         done = await step(work.m, work.session, work.policy, SessionState(self._log(), 0), t)
         output = done.records.artifacts[0] if row.kind == "summary" else done.reply
@@ -204,6 +207,8 @@ class _Regeneration:
         self.out.prefilled += done.usage.prefill_tokens
         self.out.reused += done.usage.reused_tokens
         self.out.decoded += done.usage.decode_tokens
+        self.out.verified += done.usage.verified_tokens
+        self.out.modes[str(row.turn)] = replay_mode(done.usage.verified_tokens, done.usage.decode_tokens)
 
     def _known_vector(self, final: _Final) -> list[float] | None:
         if final.vector is not None:

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.db.models import AgentSession, Artifact
+from app.engine.protocol import ChatTemplate
 from app.forget.closure import Restore
 from app.forget.locate import Located
-from app.runtime.blocks import MODEL_KINDS, Observation, render
+from app.forget.receipts import replay_mode
+from app.runtime.blocks import MODEL_KINDS, Observation, render, sampled_of
 from app.runtime.compaction import LiveRow
 from app.runtime.records import RUNTIME_META
 from app.runtime.routing import route_of
@@ -46,6 +48,8 @@ class Rebuilt:
     reused: int = 0
     prefilled: int = 0
     decoded: int = 0
+    verified: int = 0
+    modes: dict[str, str] = field(default_factory=dict)  # replayed replies: receipts.replay_mode
     transitions: int = 0  # transitions recomputed (re-prefilled or regenerated)
     restored_from: Restore | None = None  # the checkpoint whose prefix was reused (None: nothing was)
     suppressed: list[ToolCall] = field(default_factory=list)  # consequential calls the replay did not fire
@@ -117,12 +121,17 @@ async def replay(
         summary = next((r for r in originals if r.kind == "summary"), None)
         if summary is not None:  # a compaction transition: run again over the replayed prompt
             keep = int((summary.meta or {}).get("keep_last_turns", 0))
-            t = TransitionInput(turn, compaction=Compaction(keep, list(live_rows)))
+            # The summary's text stands for its sampled tokens (stored stripped): only ever a hint (KVEngine.generate).
+            draft = m.engine.chat.encode(summary.content) if m.replay_verify else None
+            t = TransitionInput(turn, compaction=Compaction(keep, list(live_rows)), draft=draft)
         elif turn != 0 and ((edited and not observed) or (not observed and not had_reply)):
             t = TransitionInput(turn, generate=False)  # an empty transition keeps its index
         else:
             blocks = [render(m.engine.chat, o) for o in observed]
-            t = TransitionInput(turn, blocks, generate=had_reply and turn != 0, keep_ids=keep_ids, tools=tools)
+            t = TransitionInput(
+                turn, blocks, generate=had_reply and turn != 0, keep_ids=keep_ids, tools=tools,
+                draft=_recorded_reply(m.engine.chat, originals) if m.replay_verify else None,
+            )
         done = await step(m, session, policy, state, t)
         if turn == 0:
             out.system_prompt = next((o.content for o in observed if o.kind == "system"), None)
@@ -131,6 +140,9 @@ async def replay(
             computed = True
             out.prefilled += done.usage.prefill_tokens + done.usage.closing_tokens
             out.decoded += done.usage.decode_tokens
+            out.verified += done.usage.verified_tokens
+            if done.reply is not None or summary is not None:
+                out.modes[str(turn)] = replay_mode(done.usage.verified_tokens, done.usage.decode_tokens)
             live_calls.update(c.id for c in done.tools.calls)
             provided = _answers_needed(session, turn, done.tools.pending, tools)
         if done.archived:
@@ -168,6 +180,13 @@ async def _restore(m: Machinery, session: AgentSession, state: SessionState, res
         return 0
     await m.engine.crop(handle, offset)
     return offset
+
+
+def _recorded_reply(chat: ChatTemplate, originals: Sequence[Artifact]) -> list[int] | None:
+    """The tokens the transition's reply was sampled as: the draft its replay verifies (a tool call's reply
+    included)."""
+    reply = next((r for r in originals if r.kind == "assistant"), None)
+    return None if reply is None else sampled_of(chat, list(reply.token_ids))
 
 
 def live_before(rows: Sequence[Artifact], turn: int) -> list[Artifact]:

@@ -29,6 +29,8 @@ class Rewritten:
     edges: list[dict[str, Any]] = field(default_factory=list)  # the inserted rows' provenance
     transitions: int = 0  # outputs regenerated
     decoded: int = 0
+    verified: int = 0
+    modes: dict[str, str] = field(default_factory=dict)  # regenerated replies: receipts.replay_mode
     token_count: int = 0
     first_turn: int | None = None  # the first transition the rewrite touched (its checkpoints and later are stale)
     system_prompt: str | None = None

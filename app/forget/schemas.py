@@ -125,7 +125,14 @@ class ForgetRequest(RequestModel):
 class TokensOut(BaseModel):
     reused: int = Field(description="Tokens of the clean prefix served from the cache")
     prefilled: int | None = Field(default=None, description="Prompt tokens computed (a receipt)")
-    decoded: int | None = Field(default=None, description="Tokens sampled (a receipt)")
+    decoded: int | None = Field(
+        default=None, description="Tokens sampled by decode steps, stop tokens included (a receipt)"
+    )
+    verified: int | None = Field(
+        default=None,
+        description="Reply tokens (stop tokens included) accepted from the recorded replies in one verification pass "
+        "each, without decoding (a receipt): `verified + decoded` is every token the replay sampled",
+    )
     recompute_estimate: int | None = Field(
         default=None, description="Tokens the replay is expected to compute (a plan)"
     )
@@ -163,6 +170,15 @@ class SessionReceipt(BaseModel):
         "`batch-invariant` (vLLM: bit for bit while the prefix stays cached), `batched` (vLLM batching beside live "
         "traffic: a token may flip at a near-tie; docs/engines.md measures how often). Unset in a dry run and in "
         "receipts from before it was recorded.",
+    )
+    replay_modes: dict[str, str] | None = Field(
+        default=None,
+        description="Per replayed or regenerated reply, by transition index: how its tokens were computed. `verified`: "
+        "every decision read off one forward pass over the recorded reply and certified (a logit margin the float "
+        "noise between a pass and decode steps cannot cross: docs/engines.md); `verified+decoded`: the recorded "
+        "reply's prefix verified, decoded from the first disagreement; `decoded`: decoded step by step (verification "
+        "off, an engine that does not verify, or a decision too close to call). The tokens are decoding's in every "
+        "mode.",
     )
 
 

@@ -83,12 +83,12 @@ async def swap_in(
         # The forgotten blocks stay in vLLM's prefix cache until evicted: no request of this session may reach them.
         await sessions_repo.bump_cache_generation(tx, session.id)
     tokens = TokenCounts(
-        reused=change.reused, prefilled=change.prefilled, decoded=change.decoded,
+        reused=change.reused, prefilled=change.prefilled, decoded=change.decoded, verified=change.verified,
         full_reset_estimate=full_reset_estimate(after[-1].token_end if after else 0, after),
     )
     return entry.model_copy(update={
         "tokens": tokens, "transitions_replayed": change.transitions, "checkpoint": checkpoint, "epoch_after": epoch,
-        "state_sha256_after": _digest(after),
+        "state_sha256_after": _digest(after), "replay_modes": dict(change.modes),
     })
 
 

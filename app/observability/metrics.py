@@ -59,7 +59,8 @@ class Metrics:
             ["strategy"], registry=self.registry, buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
         )
         self.forget_tokens = Counter(
-            "lethe_forget_tokens_total", "Tokens a forget reused from cache, prefilled or decoded.",
+            "lethe_forget_tokens_total",
+            "Tokens a forget reused from cache, prefilled, decoded, or verified (accepted from recorded replies).",
             ["strategy", "kind"], registry=self.registry,
         )
         self.forget_full_reset = Counter(

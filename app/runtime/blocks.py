@@ -90,6 +90,12 @@ def assistant_block(chat: ChatTemplate, content: str, generated: list[int]) -> B
     return Block("assistant", content, [*chat.assistant_header(), *generated, *chat.end_of_turn()])
 
 
+def sampled_of(chat: ChatTemplate, token_ids: list[int]) -> list[int]:
+    """The sampled tokens of a reply block as assistant_block laid it out (the draft a replay verifies)."""
+    head, tail = len(chat.assistant_header()), len(chat.end_of_turn())
+    return list(token_ids[head : len(token_ids) - tail]) if len(token_ids) >= head + tail else []
+
+
 def memory_observation(namespace: str, key: str, version: int, value: Any) -> Observation:
     content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     return Observation("memory", content, {"namespace": namespace, "key": key, "version": str(version)})

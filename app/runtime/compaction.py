@@ -94,11 +94,12 @@ async def compact(
     sampling: Sampling,
     keep_last_turns: int,
     next_position: int,
+    draft: list[int] | None = None,
 ) -> Compaction:
     head, summarized, kept = split_older(live, keep_last_turns)
     chat = engine.chat
     request = render(chat, Observation("user", SUMMARIZE))
-    outcome = await advance(engine, synced, [request], sampling)
+    outcome = await advance(engine, synced, [request], sampling, draft=draft)
     assert outcome.reply is not None
     text = outcome.reply.content.strip()
     head_end = sum(len(r.token_ids) for r in head)
@@ -133,7 +134,7 @@ async def compact(
     usage = outcome.usage
     out.usage = Usage(
         usage.prompt_tokens, usage.reused_tokens, usage.prefill_tokens, usage.decode_tokens,
-        usage.closing_tokens + prefilled,
+        usage.closing_tokens + prefilled, usage.verified_tokens,
     )
     out.token_count = offset
     return out

@@ -61,7 +61,8 @@ class Usage:
     reused_tokens: int  # of those, served from the cache
     prefill_tokens: int  # of those, computed now: prompt_tokens = reused_tokens + prefill_tokens
     decode_tokens: int  # sampled tokens, a stop token included
-    closing_tokens: int  # computed after sampling to close the turn (end-of-turn marker, the last sampled token)
+    closing_tokens: int  # computed after sampling to close the turn (the reply and the end-of-turn marker, on hf)
+    verified_tokens: int = 0  # a replay's: reply tokens accepted from its draft without decoding (not in decode_tokens)
 
 
 @dataclass(frozen=True)
@@ -171,14 +172,17 @@ async def advance(
     observations: list[Block],
     sampling: Sampling | None,
     on_tokens: TokenSink | None = None,
+    draft: list[int] | None = None,
 ) -> Outcome:
-    """Run one transition on the engine (the calls of the module docstring). `sampling` None: no reply."""
+    """Run one transition on the engine (the calls of the module docstring). `sampling` None: no reply. `draft`: a
+    replay's recorded reply, which an engine that can verifies instead of decoding (KVEngine.generate): the same
+    calls, the same tokens."""
     handle, chat = synced.handle, engine.chat
     before = recipe_of(engine, handle)
     first = [t for block in observations for t in block.token_ids]
     reply: Block | None = None
     finish: Literal["stop", "length"] | None = None
-    decoded = closing = generation_prefill = pending_prefill = 0
+    decoded = verified = closing = generation_prefill = pending_prefill = 0
     if synced.pending:
         pending_prefill = (await engine.prefill(handle, synced.pending)).prefilled
     if sampling is None:
@@ -187,8 +191,9 @@ async def advance(
     else:
         first_usage = await engine.prefill(handle, [*first, *chat.assistant_header()])
         prompt_tokens = len(handle.tokens)
-        generation = await engine.generate(handle, sampling, on_tokens)
+        generation = await engine.generate(handle, sampling, on_tokens, draft=draft)
         generation_prefill, decoded = generation.usage.prefilled, generation.usage.decoded
+        verified = generation.usage.verified
         finish = generation.finish_reason
         generated = generation.token_ids
         if sampling.stop and generation.text != chat.decode(generated):
@@ -204,7 +209,7 @@ async def advance(
     # What the transition did not compute was served from the cache or, on an engine that defers (vLLM) and without a
     # reply, waits for the next request. The clamp guards an engine whose several calls each recompute a partial
     # cache block, and so report more prompt tokens computed than the log holds.
-    usage = Usage(prompt_tokens, max(0, prompt_tokens - prefill), prefill, decoded, closing)
+    usage = Usage(prompt_tokens, max(0, prompt_tokens - prefill), prefill, decoded, closing, verified)
     after = recipe_of(engine, handle)
     chunks: list[int] | None = None
     at = sum(before or [])

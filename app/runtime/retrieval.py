@@ -165,6 +165,7 @@ async def respond(
     observations: Sequence[Block],
     sampling_of: SamplingOf,
     on_tokens: TokenSink | None = None,
+    draft: list[int] | None = None,
 ) -> Answer:
     """Sample one reply from preamble + context + observations. `sampling_of(room)` gives the transition's sampling
     once the prompt's size is known (transition.sampling_for)."""
@@ -176,7 +177,7 @@ async def respond(
     try:
         first = await engine.prefill(handle, [*rest, *chat.assistant_header()])
         prompt_tokens = len(handle.tokens)
-        generation = await engine.generate(handle, sampling, on_tokens)
+        generation = await engine.generate(handle, sampling, on_tokens, draft=draft)
     finally:
         try:
             await engine.crop(handle, len(preamble_tokens))  # between replies the cache holds the preamble only
@@ -186,7 +187,9 @@ async def respond(
     if generation.text != chat.decode(generated):  # a stop string cut the text: the store holds what it says
         generated = chat.encode(generation.text)
     prefill = preamble_prefilled + first.prefilled + generation.usage.prefilled
-    usage = Usage(prompt_tokens, max(0, prompt_tokens - prefill), prefill, generation.usage.decoded, 0)
+    usage = Usage(
+        prompt_tokens, max(0, prompt_tokens - prefill), prefill, generation.usage.decoded, 0, generation.usage.verified
+    )
     meta = {"retrieved": [{"id": m.id, "similarity": round(m.similarity, 4)} for m in context]}
     reply = assistant_block(chat, generation.text, generated)
     return Answer(Block(reply.kind, reply.content, reply.token_ids, meta), usage, generation.finish_reason)
@@ -200,11 +203,12 @@ async def summarize(
     preamble_tokens: list[int],
     sources: Sequence[Neighbor],
     sampling_of: SamplingOf,
+    draft: list[int] | None = None,
 ) -> Answer:
     """A summary of `sources`: the same call as a reply, with the sources as its context and a request to
     summarize as its only observation (the request is not stored)."""
     request = render(engine.chat, Observation("user", SUMMARIZE))
-    answer = await respond(engine, handles, key, salt, preamble_tokens, sources, [request], sampling_of)
+    answer = await respond(engine, handles, key, salt, preamble_tokens, sources, [request], sampling_of, None, draft)
     text = answer.reply.content.strip()
     meta = {"summarized": [m.id for m in sources]}
     block = Block("summary", text, engine.chat.render_block("system", SUMMARY_HEADER + text), meta)

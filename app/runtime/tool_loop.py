@@ -130,9 +130,10 @@ async def advance_with_tools(
     turn: int,
     sources: frozenset[str],
     on_tokens: TokenSink | None = None,
+    draft: list[int] | None = None,
 ) -> tuple[Outcome, ToolStep]:
     """transition.advance, then the reply's tool calls answered and their results prefilled as one more chunk."""
-    outcome = await advance(engine, synced, observations, sampling, on_tokens)
+    outcome = await advance(engine, synced, observations, sampling, on_tokens, draft)
     if outcome.reply is None or ctx is None or not ctx.tools:
         return outcome, ToolStep()
     step = await run_tools(engine, synced.handle, ctx, turn, outcome.reply.content, sources)

@@ -47,6 +47,7 @@ class Machinery:
     handles: SessionCaches
     embedder: Embedder
     db: Database
+    replay_verify: bool = True  # a forget's replay passes recorded replies as drafts (LETHE_REPLAY_VERIFY)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class TransitionInput:
     compaction: Compaction | None = None  # a compaction transition instead of a reply
     vectors: Sequence[list[float] | None] = ()  # known embeddings of the blocks (a regeneration's), else computed
     view: RetrievalView | None = None  # a regeneration's store
+    draft: Sequence[int] | None = None  # a replay's recorded reply (or summary), verified instead of decoded
 
 
 # -- a policy's transition half --------------------------------------------------------------------------------

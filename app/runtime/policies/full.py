@@ -37,7 +37,8 @@ class FullTransitions:
         try:
             sources = frozenset(s for entry in state.log for s in entry.source_ids)
             outcome, tools = await advance_with_tools(
-                engine, synced, list(t.blocks), sampling, t.tools, t.turn, sources, on_tokens
+                engine, synced, list(t.blocks), sampling, t.tools, t.turn, sources, on_tokens,
+                None if t.draft is None else list(t.draft),
             )
         except BaseException:
             # Nothing of the transition is kept; crop the handle back while the lease still keeps every other
@@ -62,7 +63,7 @@ class FullTransitions:
             done = await compact(
                 engine, synced, t.compaction.live, tenant_id=row.tenant_id, session_id=row.id, turn=t.turn,
                 sampling=sampling_for(row.sampling, t.turn, room), keep_last_turns=t.compaction.keep_last_turns,
-                next_position=state.next_position,
+                next_position=state.next_position, draft=None if t.draft is None else list(t.draft),
             )
         except BaseException:
             await m.handles.drop(key)  # the cache may hold part of the compacted prompt

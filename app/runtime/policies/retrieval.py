@@ -48,6 +48,7 @@ class RetrievalTransitions:
         answer = await retrieval.respond(
             m.engine, m.handles, route_of(row), salt_of(row), preamble_tokens, context, blocks,
             lambda room: sampling_for(row.sampling, t.turn, room), on_tokens,
+            None if t.draft is None else list(t.draft),
         )
         reply_vector = (await m.embedder.embed([answer.reply.content]))[0]
         outcome = Outcome([*blocks, answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)
@@ -71,7 +72,7 @@ class RetrievalTransitions:
         preamble_ids, preamble_tokens = retrieval.preamble(state.log)
         answer = await retrieval.summarize(
             m.engine, m.handles, route_of(row), salt_of(row), preamble_tokens, sources,
-            lambda room: sampling_for(row.sampling, t.turn, room),
+            lambda room: sampling_for(row.sampling, t.turn, room), None if t.draft is None else list(t.draft),
         )
         outcome = Outcome([answer.reply], answer.reply, answer.usage, answer.finish_reason, 0, None)
         provenance = RetrievedContext(preamble_ids, [source.id for source in sources])
