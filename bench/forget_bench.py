@@ -63,7 +63,11 @@ CLEAN = [
     "Is coffee fine before a shift?", "Thanks, that is all for now.",
 ]
 METHODS = ("selective_replay", "full_reset")
-LABELS = {"hf": {"selective_replay": "B7", "full_reset": "B5"}, "vllm": {"selective_replay": "B7", "full_reset": "B5'"}}
+LABELS = {
+    "hf": {"selective_replay": "B7", "full_reset": "B5"},
+    "hf-decode": {"selective_replay": "B7", "full_reset": "B5"},  # hf with LETHE_REPLAY_VERIFY=0: today's replay
+    "vllm": {"selective_replay": "B7", "full_reset": "B5'"},
+}
 PAST_TARGET = 12  # the paper's setting: sessions run 12 transitions past the target
 
 
@@ -81,9 +85,14 @@ def tenant_key(server: LetheServer, name: str) -> str:
 
 @contextlib.contextmanager
 def serve(engine: str, ready_s: float) -> Iterator[LetheServer]:
-    """`lethe serve` on `engine` (bench.serve: a temporary data directory, stopped and removed on exit); a failure
+    """`lethe serve` on `engine` (`hf-decode`: hf with LETHE_REPLAY_VERIFY=0) (bench.serve: a temporary data
+    directory, stopped and removed on exit); a failure
     while it serves is reported with the server's state and the end of its log."""
-    with serving(ready_s=ready_s, LETHE_ENGINE=engine, LETHE_BOOTSTRAP_API_KEY=API_KEY) as server:
+    verify = "0" if engine == "hf-decode" else "1"  # hf-decode: replays decode every reply again (no verification)
+    with serving(
+        ready_s=ready_s, LETHE_ENGINE=engine.removesuffix("-decode"), LETHE_BOOTSTRAP_API_KEY=API_KEY,
+        LETHE_REPLAY_VERIFY=verify,
+    ) as server:
         try:
             yield server
         except JobFailed:
@@ -160,7 +169,7 @@ class Measure:
     recomputed: int
     reused: int
     prefilled: int
-    decoded: int
+    decoded: int  # decode steps' tokens
     full_reset_estimate: int
     transitions_replayed: int
     checkpoint_turn: int | None
@@ -170,6 +179,8 @@ class Measure:
     T: int
     duration_ms_runs: list[float] = field(default_factory=list)
     tokens_vary: bool = False
+    verified: int = 0  # reply tokens accepted from the recorded replies without decoding (LETHE_REPLAY_VERIFY)
+    modes: dict[str, str] = field(default_factory=dict)  # per replayed reply: verified, verified+decoded, decoded
 
 
 @dataclass
@@ -219,6 +230,8 @@ def measure(job: dict[str, Any], client_s: float) -> Measure:
         client_ms=client_s * 1000,
         tau=int(receipt["tau"]),
         T=int(receipt["T"]),
+        verified=int(tokens.get("verified") or 0),
+        modes=dict(receipt.get("replay_modes") or {}),
     )
 
 
@@ -253,7 +266,8 @@ def run_engine(
                         out.rows.append(row)
                         sel, full = row.methods["selective_replay"], row.methods["full_reset"]
                         print(
-                            f"[{engine}] tau={tau:>2}: selective {sel.recomputed} tok {sel.duration_ms:.0f} ms | "
+                            f"[{engine}] tau={tau:>2}: selective {sel.recomputed} tok ({sel.decoded} decoded, "
+                            f"{sel.verified} verified) {sel.duration_ms:.0f} ms | "
                             f"full_reset {full.recomputed} tok (reused {full.reused}) {full.duration_ms:.0f} ms | "
                             f"saving {row.saving:.2f}x | equal {'yes' if row.equal else 'no'}",
                             flush=True,
@@ -414,16 +428,17 @@ def markdown(runs: list[EngineRun], summaries: dict[str, dict[str, Any]], args: 
             lines.append(f"  - {run.engine} {error[:600]}".replace("\n", " "))
     lines += [
         "",
-        "| τ | T-τ+1 | engine | B7 recomputed | B7 reused | B7 ms | B7 replayed | full reset | recomputed | reused "
-        "| ms | replayed | saving | equal | load |",
-        "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|",
+        "| τ | T-τ+1 | engine | B7 recomputed | B7 decoded | B7 verified | B7 reused | B7 ms | B7 replayed "
+        "| full reset | recomputed | decoded | verified | reused | ms | replayed | saving | equal | load |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     rows = sorted((r for run in runs for r in run.rows), key=lambda r: (r.tau, r.engine))
     for r in rows:
         sel, full = r.methods["selective_replay"], r.methods["full_reset"]
         lines.append(
-            f"| {r.tau} | {r.suffix} | {r.engine} | {sel.recomputed} | {sel.reused} | {sel.duration_ms:.0f} | "
-            f"{sel.transitions_replayed} | {LABELS[r.engine]['full_reset']} | {full.recomputed} | {full.reused} | "
+            f"| {r.tau} | {r.suffix} | {r.engine} | {sel.recomputed} | {sel.decoded} | {sel.verified} | {sel.reused} | "
+            f"{sel.duration_ms:.0f} | {sel.transitions_replayed} | {LABELS[r.engine]['full_reset']} | "
+            f"{full.recomputed} | {full.decoded} | {full.verified} | {full.reused} | "
             f"{full.duration_ms:.0f} | {full.transitions_replayed} | {r.saving:.2f}x | {'yes' if r.equal else 'no'} | "
             f"{max(r.load_1min):.1f} |"
         )
