@@ -244,10 +244,9 @@ class VLLMRemoteEngine:
         return _usage(body, len(log_ids))
 
     async def generate(
-        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
-        *, draft: list[int] | None = None,  # not verified here yet: decoded (protocol.py)
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None, *, draft: object = None
     ) -> Generation:
-        # One request answers with the whole completion, so a streaming caller gets it as one delta.
+        # One request answers with the whole completion, so a streaming caller gets it as one delta; a draft: decoded.
         validate(sampling)
         client = self._started()
         log_ids = list(handle.tokens)
