@@ -94,6 +94,9 @@ def create_app(
         container.background.append(asyncio.create_task(container.forget_worker().run(), name="forget-worker"))
         container.background.append(asyncio.create_task(container.job_events.run(), name="job-events"))
         container.background.append(asyncio.create_task(db.watch_replicas(), name="replica-watch"))
+        container.background.append(asyncio.create_task(
+            container.services.memory.expiry.run(interval_s=settings.memory_expiry_sweep_s), name="memory-expiry",
+        ))
         await mcp.start()
         log.info("lethe started", extra={
             "engine": settings.engine.value, "version": __version__,

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
@@ -209,6 +210,11 @@ class MemoryRecord(Base):
     __table_args__ = (
         CheckConstraint("version > 0", name="version_positive"),
         CheckConstraint("NOT forgotten OR value IS NULL", name="tombstone_has_no_value"),
+        CheckConstraint("(ttl_s IS NULL) = (expires_at IS NULL)", name="expiry_with_ttl"),
+        Index(
+            "ix_memory_records_expires_at", "expires_at",
+            postgresql_where=text("expires_at IS NOT NULL AND NOT forgotten"),
+        ),
     )
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
@@ -221,6 +227,10 @@ class MemoryRecord(Base):
     # Where a value written back by a session came from: {"session_id", "artifact_id"} (None: written by a client).
     provenance: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     updated_at: Mapped[datetime] = _created_at()
+    # Time to live (migration 0013): the lifetime a write or a refreshing read restarts, and when it runs out.
+    ttl_s: Mapped[float | None] = mapped_column(Float)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _created_at()  # when the key's current life began (after its last tombstone)
 
 
 class MemoryVersion(Base):

@@ -24,7 +24,11 @@ from app.memory.schemas import (
     MemoryWriteOut,
     NamespaceList,
     NamespaceOut,
+    SearchItemOut,
+    SearchOut,
+    SearchRequest,
 )
+from app.memory.search import MemorySearch, SearchQuery
 from app.memory.service import MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag
 from app.web.consistency import ReadFromDep, stamp, token_responses
@@ -75,7 +79,10 @@ async def batch_write(
     namespace: Namespace, body: BatchRequest, principal: PrincipalDep, memory: MemoryDep, container: ContainerDep,
     response: Response,
 ) -> BatchOut:
-    writes = [WriteRequest(key=w.key, value=w.value, base_version=w.base_version, source=w.source) for w in body.writes]
+    writes = [
+        WriteRequest(key=w.key, value=w.value, base_version=w.base_version, source=w.source, ttl_s=w.ttl_s)
+        for w in body.writes
+    ]
     outcomes = await memory.batch(principal.tenant_id, namespace, writes, atomic=body.atomic)
     await stamp(response, container.db)
     results = [
@@ -85,6 +92,32 @@ async def batch_write(
         for o in outcomes
     ]
     return BatchOut(results=results)
+
+
+async def get_search(container: ContainerDep) -> MemorySearch:
+    return container.services.memory_search
+
+
+SearchDep = Annotated[MemorySearch, Depends(get_search)]
+
+
+# `/v1/memory:search`, beside the collection (not under it): a namespace may be called "search".
+@router.post(":search", response_model=SearchOut, summary="Search the tenant's live records under a namespace prefix")
+async def search_records(body: SearchRequest, principal: PrincipalDep, search: SearchDep) -> SearchOut:
+    query = SearchQuery(
+        prefix=body.namespace_prefix, query=body.query, fields=body.fields, filter=body.filter, limit=body.limit,
+        offset=body.offset, refresh_ttl=body.refresh_ttl,
+    )
+    hits = await search.search(principal.tenant_id, query)
+    return SearchOut(
+        items=[
+            SearchItemOut(
+                namespace=h.namespace, key=h.key, value=h.value, version=h.version, updated_at=h.updated_at,
+                score=h.score, created_at=h.created_at, expires_at=h.expires_at,
+            )
+            for h in hits
+        ]
+    )
 
 
 async def get_catalog(container: ContainerDep) -> MemoryCatalog:
@@ -136,9 +169,10 @@ async def list_keys(
 
 @router.get("/{namespace}/{key}", response_model=MemoryRecordOut, summary="Read a record")
 async def read_record(
-    namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep, response: Response, where: ReadFromDep
+    namespace: Namespace, key: Key, principal: PrincipalDep, memory: MemoryDep, response: Response, where: ReadFromDep,
+    refresh_ttl: Annotated[bool, Query(description="Restart the record's time to live (if it has one)")] = False,
 ) -> MemoryRecordOut:
-    head = await memory.read(principal.tenant_id, namespace, key, where=where)
+    head = await memory.read(principal.tenant_id, namespace, key, where=where, refresh_ttl=refresh_ttl)
     response.headers["ETag"] = etag(head.version)
     return MemoryRecordOut(
         namespace=namespace,
@@ -147,6 +181,8 @@ async def read_record(
         version=head.version,
         source=head.source,
         updated_at=head.updated_at,
+        created_at=head.created_at,
+        expires_at=head.expires_at,
     )
 
 
@@ -186,7 +222,7 @@ async def write_record(
 ) -> MemoryWriteOut:
     base = base_version_from_headers(if_match, if_none_match)
     outcome = await memory.write(
-        principal.tenant_id, namespace, key, value=body.value, source=body.source, base_version=base
+        principal.tenant_id, namespace, key, value=body.value, source=body.source, base_version=base, ttl_s=body.ttl_s
     )
     response.status_code = 201 if outcome.created else 200
     response.headers["ETag"] = etag(outcome.version)

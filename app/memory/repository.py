@@ -27,13 +27,17 @@ from app.db.statements import Row, Sql, Statement
 
 @dataclass(frozen=True)
 class Head:
-    """The newest version of a key; `value` is None for a tombstone."""
+    """The newest version of a key; `value` is None for a tombstone. `expired`: its time to live ran out (by the
+    database's clock) and nobody has tombstoned it yet."""
 
     version: int
     forgotten: bool
     value: Any
     source: str
     updated_at: datetime
+    created_at: datetime
+    expires_at: datetime | None
+    expired: bool
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class State:
 
     version: int
     forgotten: bool
+    expired: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,13 @@ _PK = "tenant_id = :tenant_id AND namespace = :namespace AND key = :key"
 # Timestamps use clock_timestamp(), not now(): now() is the transaction's start, so a write that waited on the row
 # lock would be stamped earlier than the version it superseded.
 
+# A record whose time to live ran out is not live, whether or not it was tombstoned yet (the sweep or the first read
+# that meets it does that); expiry is judged by the database's clock, never a client's.
+EXPIRED = "(expires_at IS NOT NULL AND expires_at <= clock_timestamp())"
+_LIVE = f"NOT forgotten AND NOT {EXPIRED}"
+# A write restarts the key's time to live (`:ttl_s` NULL: it never expires).
+_EXPIRES = "clock_timestamp() + make_interval(secs => :ttl_s)"
+
 # The history row is built from RETURNING, so it carries exactly the version the head got.
 _HISTORY_FROM_HEAD = """
     hist AS (
@@ -77,8 +89,10 @@ _CAS_UPDATE = Statement(
     WITH head AS (
         UPDATE memory_records
            SET version = version + 1, value = :value, forgotten = false, source = :source,
-               provenance = :provenance, updated_at = clock_timestamp()
-         WHERE {_PK} AND version = :base
+               provenance = :provenance, updated_at = clock_timestamp(),
+               created_at = CASE WHEN forgotten THEN clock_timestamp() ELSE created_at END,
+               ttl_s = :ttl_s, expires_at = {_EXPIRES}
+         WHERE {_PK} AND version = :base AND NOT {EXPIRED}
         RETURNING tenant_id, namespace, key, version, value, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
@@ -90,8 +104,10 @@ _CREATE = Statement(
     f"""
     WITH head AS (
         INSERT INTO memory_records
-               (tenant_id, namespace, key, version, value, forgotten, source, provenance, updated_at)
-        VALUES (:tenant_id, :namespace, :key, 1, :value, false, :source, :provenance, clock_timestamp())
+               (tenant_id, namespace, key, version, value, forgotten, source, provenance, updated_at, created_at,
+                ttl_s, expires_at)
+        VALUES (:tenant_id, :namespace, :key, 1, :value, false, :source, :provenance, clock_timestamp(),
+                clock_timestamp(), :ttl_s, {_EXPIRES})
         ON CONFLICT (tenant_id, namespace, key) DO NOTHING
         RETURNING tenant_id, namespace, key, version, value, source, updated_at
     ),
@@ -108,8 +124,20 @@ _TOMBSTONE = Statement(
     VALUES (:tenant_id, :namespace, :key, 1, NULL, true, :source, clock_timestamp())
     ON CONFLICT (tenant_id, namespace, key) DO UPDATE
        SET version = memory_records.version + 1, value = NULL, forgotten = true, source = EXCLUDED.source,
-           provenance = NULL, updated_at = clock_timestamp()
+           provenance = NULL, updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
      WHERE NOT memory_records.forgotten
+    RETURNING version, updated_at
+    """
+)
+
+# The tombstone of a record whose time to live ran out, and of no other: a write or a refresh that beat the sweep
+# leaves the row live, and this matches nothing.
+_EXPIRE = Statement(
+    f"""
+    UPDATE memory_records
+       SET version = version + 1, value = NULL, forgotten = true, source = :source, provenance = NULL,
+           updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
+     WHERE {_PK} AND NOT forgotten AND {EXPIRED}
     RETURNING version, updated_at
     """
 )
@@ -126,22 +154,24 @@ _ERASE_HISTORY = Statement(
 )
 
 _HEAD = Statement(
-    f"SELECT version, forgotten, value, source, updated_at FROM memory_records WHERE {_PK}", json=["value"]
+    f"""SELECT version, forgotten, value, source, updated_at, created_at, expires_at, {EXPIRED} AS expired
+          FROM memory_records WHERE {_PK}""",
+    json=["value"],
 )
 
 _LOCKED_STATE = Statement(f"SELECT version, forgotten FROM memory_records WHERE {_PK} FOR SHARE")
 
 _STATES = Statement(
-    """
-    SELECT key, version, forgotten FROM memory_records
+    f"""
+    SELECT key, version, forgotten, {EXPIRED} AS expired FROM memory_records
      WHERE tenant_id = :tenant_id AND namespace = :namespace AND key = ANY(:keys)
     """
 )
 
 # Two statements rather than `(:after IS NULL OR key > :after)`, which would keep the planner off the PK range scan.
-_LIVE_KEYS_SQL = """
+_LIVE_KEYS_SQL = f"""
     SELECT key FROM memory_records
-     WHERE tenant_id = :tenant_id AND namespace = :namespace AND NOT forgotten {after}
+     WHERE tenant_id = :tenant_id AND namespace = :namespace AND {_LIVE} {{after}}
      ORDER BY key
      LIMIT :limit
 """
@@ -150,9 +180,9 @@ _LIVE_KEYS_AFTER = Statement(_LIVE_KEYS_SQL.format(after="AND key > :after"))
 
 # FOR SHARE: a session injecting these records and a forget tombstoning one of them serialize (see `injectable`).
 _INJECTABLE = Statement(
-    """
+    f"""
     SELECT key, version, value FROM memory_records
-     WHERE tenant_id = :tenant_id AND namespace = :namespace AND NOT forgotten
+     WHERE tenant_id = :tenant_id AND namespace = :namespace AND {_LIVE}
      ORDER BY key
      LIMIT :limit
        FOR SHARE
@@ -179,33 +209,45 @@ async def get_head(db: Sql, tenant_id: str, namespace: str, key: str) -> Head | 
         return None
     return Head(
         version=row["version"], forgotten=row["forgotten"], value=row["value"], source=row["source"],
-        updated_at=row["updated_at"],
+        updated_at=row["updated_at"], created_at=row["created_at"], expires_at=row["expires_at"],
+        expired=row["expired"],
     )
 
 
 async def write_if_version(
     db: Sql, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str,
-    provenance: dict[str, str] | None = None,
+    provenance: dict[str, str] | None = None, ttl_s: float | None = None,
 ) -> Written | None:
-    """Write `value` as version base+1 if the head is still at `base` (live or tombstone); None otherwise."""
+    """Write `value` as version base+1 if the head is still at `base` (live or tombstone, never expired); None
+    otherwise. `ttl_s`: the new version expires that many seconds from now (None: never)."""
     params = {
-        **_pk(tenant_id, namespace, key), "base": base, "value": value, "source": source, "provenance": provenance
+        **_pk(tenant_id, namespace, key), "base": base, "value": value, "source": source, "provenance": provenance,
+        "ttl_s": None if ttl_s is None else float(ttl_s),
     }
     return _written(await db.one(_CAS_UPDATE, params))
 
 
 async def create_if_absent(
     db: Sql, tenant_id: str, namespace: str, key: str, *, value: Any, source: str,
-    provenance: dict[str, str] | None = None,
+    provenance: dict[str, str] | None = None, ttl_s: float | None = None,
 ) -> Written | None:
     """Write version 1 if the key was never written (a tombstone counts as written); None otherwise."""
-    params = {**_pk(tenant_id, namespace, key), "value": value, "source": source, "provenance": provenance}
+    params = {
+        **_pk(tenant_id, namespace, key), "value": value, "source": source, "provenance": provenance,
+        "ttl_s": None if ttl_s is None else float(ttl_s),
+    }
     return _written(await db.one(_CREATE, params))
 
 
 async def tombstone(db: Sql, tenant_id: str, namespace: str, key: str, *, source: str) -> Written | None:
     """Turn the head into a tombstone; its new version, or None when it already was one (row then locked)."""
     return _written(await db.one(_TOMBSTONE, {**_pk(tenant_id, namespace, key), "source": source}))
+
+
+async def expire(db: Sql, tenant_id: str, namespace: str, key: str, *, source: str) -> Written | None:
+    """Tombstone the key if its time to live ran out; its new version, or None when it had not (or was already a
+    tombstone)."""
+    return _written(await db.one(_EXPIRE, {**_pk(tenant_id, namespace, key), "source": source}))
 
 
 async def erase_history(
@@ -230,7 +272,9 @@ async def locked_state(db: Sql, tenant_id: str, namespace: str, key: str) -> Sta
 async def states(db: Sql, tenant_id: str, namespace: str, keys: list[str]) -> dict[str, State]:
     """Current state of several keys (for reporting conflicts); keys never written are absent from the map."""
     rows = await db.all(_STATES, {"tenant_id": tenant_id, "namespace": namespace, "keys": keys})
-    return {row["key"]: State(version=row["version"], forgotten=row["forgotten"]) for row in rows}
+    return {
+        row["key"]: State(version=row["version"], forgotten=row["forgotten"], expired=row["expired"]) for row in rows
+    }
 
 
 async def live_keys(db: Sql, tenant_id: str, namespace: str, *, after: str | None, limit: int) -> list[str]:
@@ -300,13 +344,13 @@ class KeyRow:
 
 
 # Two statements rather than `(:after IS NULL OR ...)`, which would keep the planner off the primary-key range scan.
-_NAMESPACES_SQL = """
+_NAMESPACES_SQL = f"""
     SELECT namespace,
-           count(*) FILTER (WHERE NOT forgotten) AS live_keys,
+           count(*) FILTER (WHERE {_LIVE}) AS live_keys,
            count(*) FILTER (WHERE forgotten) AS forgotten_keys,
            max(updated_at) AS updated_at
       FROM memory_records
-     WHERE tenant_id = :tenant_id {after}
+     WHERE tenant_id = :tenant_id {{after}}
      GROUP BY namespace
      ORDER BY namespace
      LIMIT :limit

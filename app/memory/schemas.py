@@ -26,9 +26,20 @@ SourceStr = Annotated[
 ]
 
 
+TtlS = Annotated[
+    float | None,
+    Field(
+        ge=0, le=10 * 365 * 24 * 3600,
+        description="Seconds this version lives: once it runs out the key is forgotten (a tombstone, by the sweep or "
+        "the first read that meets it). A read with `refresh_ttl` restarts it. Null: never expires.",
+    ),
+]
+
+
 class MemoryWrite(RequestModel):
     value: Any = Field(description="Any JSON value.")
     source: SourceStr = "user"
+    ttl_s: TtlS = None
 
 
 class MemoryRecordOut(BaseModel):
@@ -38,6 +49,8 @@ class MemoryRecordOut(BaseModel):
     version: int
     source: str
     updated_at: datetime
+    created_at: datetime = Field(description="When the key's current life began: its first write after a tombstone")
+    expires_at: datetime | None = Field(default=None, description="When its time to live runs out; null: never")
 
 
 class MemoryWriteOut(BaseModel):
@@ -62,6 +75,7 @@ class BatchWrite(RequestModel):
         "largest integer every JSON parser reads exactly)."
     )
     source: SourceStr = "user"
+    ttl_s: TtlS = None
 
 
 class BatchRequest(RequestModel):
@@ -113,3 +127,43 @@ class HistoryEntry(BaseModel):
 
 class HistoryOut(BaseModel):
     versions: list[HistoryEntry]
+
+
+class SearchRequest(RequestModel):
+    namespace_prefix: str = Field(
+        default="", max_length=200, pattern=r"^[^/:\x00-\x1f\x7f]*$",
+        description="Namespaces equal to it or starting with it + '.'; empty: every namespace of the tenant",
+    )
+    query: str | None = Field(
+        default=None, max_length=10_000,
+        description="Rank by cosine similarity to this text (Lethe's embedder); null or empty: newest write first",
+    )
+    fields: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=32,
+        description="Paths in object values whose text is embedded (`a.b`, `a[0]`, `a[*]`, `$`); null: the whole "
+        "value as JSON text",
+    )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="On object values: {field: value | {\"$eq\"|\"$ne\"|\"$gt\"|\"$gte\"|\"$lt\"|\"$lte\": value}} "
+        "(LangGraph's store semantics)",
+    )
+    limit: int = Field(default=10, ge=1, le=100)
+    offset: int = Field(default=0, ge=0, le=100_000)
+    refresh_ttl: bool = Field(default=False, description="Restart the time to live of the records returned")
+
+
+class SearchItemOut(BaseModel):
+    namespace: str
+    key: str
+    value: Any
+    version: int
+    updated_at: datetime
+    score: float | None = Field(description="Cosine similarity to `query`; null without a query, or for a record "
+                                "with no text at `fields`")
+    created_at: datetime
+    expires_at: datetime | None = None
+
+
+class SearchOut(BaseModel):
+    items: list[SearchItemOut] = Field(description="Live records only: never a forgotten or expired value")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -26,6 +26,8 @@ from app.db.database import Database
 from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from app.memory import repository as repo
+from app.memory.cascade import Expiry, ForgetCascade, NoCascade
+from app.memory.repositories import search as search_repo
 from app.memory.repository import Head, Injectable, State, VersionRow, Written
 from app.memory.validation import (
     check_key,
@@ -40,6 +42,7 @@ from app.memory.validation import (
 log = logging.getLogger(__name__)
 
 _TOMBSTONE_RETRIES = 8
+MAX_TTL_S = 10 * 365 * 24 * 3600.0  # ten years: longer is "never", which is no TTL at all
 
 
 class Forgotten(NotFound):
@@ -55,6 +58,7 @@ class WriteRequest:
     value: Any
     base_version: int  # 0: create a never-written key
     source: str
+    ttl_s: float | None = None  # the version expires this many seconds after it is written (None: never)
 
 
 @dataclass(frozen=True)
@@ -91,27 +95,6 @@ class HistoryItem:
     erased: bool  # a write whose value a later forget removed
 
 
-class ForgetCascade(Protocol):
-    """The seam for the cascade into sessions (the forget job that replays every session the record reached).
-
-    Called inside the tombstone's transaction, so the job is enqueued if and only if the tombstone commits
-    (a transactional outbox). Returns the job id (`fgt_...`) that DELETE answers as `forget_id`.
-    """
-
-    async def enqueue(
-        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
-    ) -> str | None: ...
-
-
-class NoCascade:
-    """Until forget jobs exist: nothing to enqueue, so DELETE answers `forget_id: null`."""
-
-    async def enqueue(
-        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
-    ) -> str | None:
-        return None
-
-
 def _lands(state: State | None, base: int) -> bool:
     """Whether a write based on `base` would land on a key in `state` (None: never written)."""
     version = 0 if state is None else state.version
@@ -122,12 +105,23 @@ class MemoryService:
     def __init__(self, db: Database, *, cascade: ForgetCascade | None = None) -> None:
         self.db = db
         self.cascade: ForgetCascade = cascade or NoCascade()
+        self.expiry = Expiry(db, self.cascade)
 
-    async def read(self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY) -> Head:
-        """`where`: the primary by default; the HTTP route lets a replica serve it as the request's token allows."""
+    async def read(
+        self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY, refresh_ttl: bool = False
+    ) -> Head:
+        """`where`: the primary by default; the HTTP route lets a replica serve it as the request's token allows.
+        An expired record is forgotten here and answers as forgotten; `refresh_ttl` restarts a live one's time."""
         check_namespace(namespace)
         check_key(key)
         head = await self.db.read_pg(where, lambda sql: repo.get_head(sql, tenant_id, namespace, key))
+        if head is not None and head.expired and not head.forgotten:
+            await self.expiry.expire(tenant_id, namespace, key)
+            head = await self.db.read_pg(PRIMARY, lambda sql: repo.get_head(sql, tenant_id, namespace, key))
+        if head is not None and refresh_ttl and head.expires_at is not None and not head.forgotten:
+            async with self.db.pg() as sql:
+                refreshed = await search_repo.refresh(sql, tenant_id, [(namespace, key)])
+            head = replace(head, expires_at=refreshed.get((namespace, key), head.expires_at))
         if head is None:
             raise NotFound("this key was never written", version=0, forgotten=False, headers={"ETag": etag(0)})
         if head.forgotten:
@@ -136,12 +130,14 @@ class MemoryService:
         return head
 
     async def write(
-        self, tenant_id: str, namespace: str, key: str, *, value: Any, source: str, base_version: int
+        self, tenant_id: str, namespace: str, key: str, *, value: Any, source: str, base_version: int,
+        ttl_s: float | None = None,
     ) -> WriteOutcome:
         check_namespace(namespace)
-        self._check_write(WriteRequest(key=key, value=value, base_version=base_version, source=source))
+        w = WriteRequest(key=key, value=value, base_version=base_version, source=source, ttl_s=ttl_s)
+        self._check_write(w)
         async with self.db.pg() as sql:  # one statement: it commits on its own
-            written = await self._attempt(sql, tenant_id, namespace, key, base_version, value, source)
+            written = await self._attempt(sql, tenant_id, namespace, w)
             if written is None:
                 state = await self._state(sql, tenant_id, namespace, key)
                 raise PreconditionFailed(
@@ -187,7 +183,7 @@ class MemoryService:
         results: list[WriteOutcome | Rejected] = []
         async with self.db.pg() as sql:
             for w in writes:  # each write commits on its own: independent, and no lock outlives its statement
-                written = await self._attempt(sql, tenant_id, namespace, w.key, w.base_version, w.value, w.source)
+                written = await self._attempt(sql, tenant_id, namespace, w)
                 if written is None:
                     state = await self._state(sql, tenant_id, namespace, w.key)
                     results.append(Rejected(key=w.key, current_version=state.version, forgotten=state.forgotten))
@@ -247,20 +243,23 @@ class MemoryService:
         check_value(write.value)
         if write.base_version < 0:
             raise InvalidRequest("base_version must be 0 (create) or a version you read")
+        if write.ttl_s is not None and not 0 <= write.ttl_s <= MAX_TTL_S:
+            raise InvalidRequest(f"ttl_s must be between 0 and {MAX_TTL_S:.0f} seconds")
 
     @staticmethod
-    async def _attempt(
-        sql: Sql, tenant_id: str, namespace: str, key: str, base: int, value: Any, source: str
-    ) -> Written | None:
-        if base == 0:
-            return await repo.create_if_absent(sql, tenant_id, namespace, key, value=value, source=source)
-        return await repo.write_if_version(sql, tenant_id, namespace, key, base=base, value=value, source=source)
+    async def _attempt(sql: Sql, tenant_id: str, namespace: str, w: WriteRequest) -> Written | None:
+        args = {"value": w.value, "source": w.source, "ttl_s": w.ttl_s}
+        if w.base_version == 0:
+            return await repo.create_if_absent(sql, tenant_id, namespace, w.key, **args)
+        return await repo.write_if_version(sql, tenant_id, namespace, w.key, base=w.base_version, **args)
 
-    @staticmethod
-    async def _state(sql: Sql, tenant_id: str, namespace: str, key: str) -> State:
+    async def _state(self, sql: Sql, tenant_id: str, namespace: str, key: str) -> State:
         """Where a key stands after a rejected write; run as a statement of its own, so its fresh snapshot sees the
-        write that beat ours."""
+        write that beat ours. A key whose time ran out is forgotten first: the writer learns of its tombstone."""
         found = await repo.states(sql, tenant_id, namespace, [key])
+        if key in found and found[key].expired:
+            await self.expiry.expire(tenant_id, namespace, key)
+            found = await repo.states(sql, tenant_id, namespace, [key])
         return found.get(key, State(version=0, forgotten=False))
 
     async def _atomic_batch(
@@ -275,9 +274,7 @@ class MemoryService:
             async with self.db.transaction() as session:
                 for i in order:
                     w = writes[i]
-                    written = await self._attempt(
-                        InSession(session), tenant_id, namespace, w.key, w.base_version, w.value, w.source
-                    )
+                    written = await self._attempt(InSession(session), tenant_id, namespace, w)
                     if written is None:
                         failed = i
                         raise _AbortBatch  # rolls the whole transaction back
@@ -305,6 +302,10 @@ class MemoryService:
         """
         async with self.db.pg() as sql:
             current = await repo.states(sql, tenant_id, namespace, sorted({w.key for w in writes}))
+            expired = [k for k, state in current.items() if state.expired]
+            if expired:
+                await self.expiry.expire_all(tenant_id, [(namespace, k) for k in expired])
+                current = await repo.states(sql, tenant_id, namespace, sorted({w.key for w in writes}))
         simulated: dict[str, State | None] = {w.key: current.get(w.key) for w in writes}
         conflicts: list[dict[str, Any]] = []
         for i, w in enumerate(writes):

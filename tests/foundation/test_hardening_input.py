@@ -65,7 +65,10 @@ def shapes(session_id: str) -> list[Shape]:
         Shape("POST", f"/v1/forget/{FGT}/tool_results", {"tool_call_id": "call_1", "content": "c"}),
         Shape("PUT", "/v1/memory/ns/k", {"value": {"city": ["Paris", {"street": "Rue"}]}, "source": "user"}),
         Shape("POST", "/v1/memory/ns:batch", {
-            "atomic": True, "writes": [{"key": "k", "value": "v", "base_version": 0, "source": "user"}],
+            "atomic": True, "writes": [{"key": "k", "value": "v", "base_version": 0, "source": "user", "ttl_s": 60}],
+        }),
+        Shape("POST", "/v1/memory:search", {
+            "namespace_prefix": "ns", "query": "q", "fields": ["text"], "filter": {"color": {"$ne": "red"}},
         }),
     ]
 

@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "app.tool_calls": 0, "app.request_model": 0, "app.registry": 0,
     "app.db": 1, "app.embeddings": 1,
     "app.sessions.repositories": 1, "app.forget.repositories": 1, "app.memory.repository": 1,
+    "app.memory.repositories": 1,
     "app.tenants.repository": 1, "app.openai_compat.repository": 1, "app.threads.repositories": 1,
     "app.engine": 2, "app.memory": 2, "app.tenants": 2, "app.threads": 2,
     "app.runtime": 3,

@@ -18,7 +18,7 @@ API_PATHS = [
     "/v1/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}/turns", "/v1/sessions/{id}/artifacts",
     "/v1/sessions/{id}/artifacts/{artifact_id}/descendants", "/v1/sessions/{id}/compact", "/v1/forget",
     "/v1/forget/{id}", "/v1/webhooks/detector", "/v1/webhooks/deliveries", "/v1/memory/{namespace}/{key}",
-    "/v1/memory/{namespace}:batch",
+    "/v1/memory/{namespace}:batch", "/v1/memory:search",
     "/v1/memory/{namespace}", "/v1/memory/{namespace}/{key}/history", "/healthz", "/readyz", "/metrics",
     "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes",
     "/v1/threads/{thread_id}/checkpoints", "/v1/threads/{thread_id}", "/v1/threads:delete_for_runs",

@@ -1,0 +1,1 @@
+"""The memory domain's SQL beside the records' heads (app/memory/repository.py): search and expiry."""

@@ -1,0 +1,84 @@
+"""SQL for searching memory and for expiring it: the tenant's records under a namespace prefix (ranked in the
+process by app/memory/search.py), the time-to-live refresh a read asks for, and the records whose time ran out.
+
+Expiry is judged by the database's clock (`clock_timestamp()`), never a client's or a worker's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.db.statements import Sql, Statement
+from app.memory.repository import EXPIRED
+
+
+@dataclass(frozen=True)
+class Found:
+    namespace: str
+    key: str
+    version: int
+    value: Any
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    expired: bool
+
+
+# Every non-tombstone record in the namespace `:prefix` and those below it (`:below` is prefix + '.'); expired ones
+# too, flagged, so the caller tombstones them. An empty prefix is the whole tenant.
+_UNDER_SQL = f"""
+    SELECT namespace, key, version, value, created_at, updated_at, expires_at, {EXPIRED} AS expired
+      FROM memory_records
+     WHERE tenant_id = :tenant_id AND NOT forgotten {{scope}}
+     ORDER BY updated_at DESC, namespace, key
+"""
+_UNDER_ALL = Statement(_UNDER_SQL.format(scope=""), json=["value"])
+_UNDER = Statement(
+    _UNDER_SQL.format(scope="AND (namespace = :prefix OR starts_with(namespace, :below))"), json=["value"]
+)
+
+# A read that refreshes: live records with a time to live get it restarted (an expired one is not revived).
+_REFRESH = Statement(
+    """
+    UPDATE memory_records AS m SET expires_at = clock_timestamp() + make_interval(secs => m.ttl_s)
+      FROM unnest(CAST(:namespaces AS text[]), CAST(:keys AS text[])) AS t(namespace, key)
+     WHERE m.tenant_id = :tenant_id AND m.namespace = t.namespace AND m.key = t.key AND m.ttl_s IS NOT NULL
+       AND NOT m.forgotten AND NOT (m.expires_at <= clock_timestamp())
+    RETURNING m.namespace, m.key, m.expires_at
+    """
+)
+
+_DUE = Statement(
+    f"""
+    SELECT tenant_id, namespace, key FROM memory_records
+     WHERE expires_at IS NOT NULL AND NOT forgotten AND {EXPIRED}
+     ORDER BY expires_at
+     LIMIT :limit
+    """
+)
+
+
+async def under_prefix(db: Sql, tenant_id: str, prefix: str) -> list[Found]:
+    """The tenant's non-tombstone records in `prefix` and below it, newest write first."""
+    if prefix:
+        rows = await db.all(_UNDER, {"tenant_id": tenant_id, "prefix": prefix, "below": prefix + "."})
+    else:
+        rows = await db.all(_UNDER_ALL, {"tenant_id": tenant_id})
+    return [
+        Found(r["namespace"], r["key"], r["version"], r["value"], r["created_at"], r["updated_at"], r["expires_at"],
+              r["expired"])
+        for r in rows
+    ]
+
+
+async def refresh(db: Sql, tenant_id: str, records: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+    """Restart the time to live of these live records; their new expiry, by (namespace, key)."""
+    params = {"tenant_id": tenant_id, "namespaces": [n for n, _ in records], "keys": [k for _, k in records]}
+    return {(r["namespace"], r["key"]): r["expires_at"] for r in await db.all(_REFRESH, params)}
+
+
+async def due(db: Sql, *, limit: int) -> list[tuple[str, str, str]]:
+    """Records of any tenant whose time to live ran out and that are not tombstoned yet, oldest expiry first."""
+    return [(r["tenant_id"], r["namespace"], r["key"]) for r in await db.all(_DUE, {"limit": limit})]

@@ -1,0 +1,244 @@
+"""Search over a tenant's memory: `POST /v1/memory:search` (docs/API.md "Memory").
+
+Ranking happens here, in the process, per request, over the tenant's live records under the namespace prefix: the
+values are decrypted in the process once erasure at rest encrypts them (issue 42), so no index over their text or
+their vectors is kept in the database. Vectors are cached per (tenant, namespace, key, version, fields), bounded: a
+version is immutable, so a cached vector can never describe another value, and a forgotten version is never served
+again because only live records are candidates.
+
+Filters follow LangGraph's store semantics (its InMemoryStore's `_compare_values`): a plain value matches by equality
+(objects member by member, arrays element by element), `{"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": v}`
+compares. Paths in `fields` follow LangGraph's too: `a.b`, `list[0]`, `list[-1]`, `list[*]`, and `$` (the whole value).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.db.database import Database
+from app.embeddings import Embedder
+from app.errors import InvalidRequest
+from app.memory.cascade import Expiry
+from app.memory.repositories import search as repo
+from app.memory.repositories.search import Found
+from app.memory.validation import check_namespace
+
+OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+CACHE_SIZE = 50_000  # vectors of 384 floats: about 150 MB at most
+_TOKEN = re.compile(r"\[(\*|-?\d+)\]|([^.\[\]]+)")
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    prefix: str
+    query: str | None
+    fields: Sequence[str] | None
+    filter: dict[str, Any] | None
+    limit: int
+    offset: int
+    refresh_ttl: bool = False
+
+
+@dataclass(frozen=True)
+class Hit:
+    namespace: str
+    key: str
+    value: Any
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    score: float | None
+
+
+def _compare(item: Any, wanted: Any) -> bool:
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_apply(item, op, operand) for op, operand in wanted.items())
+        return isinstance(item, dict) and all(_compare(item.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return (
+            isinstance(item, list) and len(item) == len(wanted) and all(map(_compare, item, wanted))
+        )
+    return bool(item == wanted)
+
+
+def _apply(item: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return bool(item == operand)
+    if op == "$ne":
+        return bool(item != operand)
+    # Order comparisons hold between numbers, or between strings; anything else (a missing member included) fails.
+    if isinstance(item, bool) or isinstance(operand, bool):
+        return False
+    comparable = (isinstance(item, int | float) and isinstance(operand, int | float)) or (
+        isinstance(item, str) and isinstance(operand, str)
+    )
+    if not comparable:
+        return False
+    if op == "$gt":
+        return bool(item > operand)
+    if op == "$gte":
+        return bool(item >= operand)
+    if op == "$lt":
+        return bool(item < operand)
+    return bool(item <= operand)
+
+
+def matches(value: Any, filter: dict[str, Any] | None) -> bool:
+    """Whether an object value passes the filter (a value that is not an object passes only an empty filter)."""
+    if not filter:
+        return True
+    return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in filter.items())
+
+
+def check_filter(filter: dict[str, Any] | None) -> None:
+    for field, wanted in (filter or {}).items():
+        if isinstance(wanted, dict) and any(k.startswith("$") for k in wanted):
+            unknown = sorted(set(wanted) - OPERATORS)
+            if unknown:
+                raise InvalidRequest(f"filter on {field!r}: unknown operator {unknown[0]!r} (use {sorted(OPERATORS)})")
+
+
+def _tokens(path: str) -> list[str]:
+    tokens: list[str] = []
+    at = 0
+    for found in _TOKEN.finditer(path):
+        if path[at:found.start()] not in ("", "."):
+            raise InvalidRequest(f"field path {path!r} is not of the form a.b, a[0], a[-1], a[*]")
+        tokens.append(f"[{found.group(1)}]" if found.group(1) is not None else found.group(2))
+        at = found.end()
+    if not tokens or path[at:] != "":
+        raise InvalidRequest(f"field path {path!r} is not of the form a.b, a[0], a[-1], a[*]")
+    return tokens
+
+
+def check_fields(fields: Sequence[str] | None) -> None:
+    for path in fields or ():
+        if path != "$":
+            _tokens(path)
+
+
+def _as_text(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str | int | float | bool):
+        return [str(value)]
+    return [json.dumps(value, sort_keys=True, ensure_ascii=False)]
+
+
+def texts_at(value: Any, path: str) -> list[str]:
+    """The texts a field path selects in a value (several for `[*]`; none when the path is absent)."""
+    if path == "$":
+        return [json.dumps(value, sort_keys=True, ensure_ascii=False)]
+    items = [value]
+    for token in _tokens(path):
+        step: list[Any] = []
+        for item in items:
+            if token.startswith("["):
+                if not isinstance(item, list):
+                    continue
+                if token == "[*]":
+                    step.extend(item)
+                elif -len(item) <= (index := int(token[1:-1])) < len(item):
+                    step.append(item[index])
+            elif isinstance(item, dict) and token in item:
+                step.append(item[token])
+        items = step
+    return [text for item in items for text in _as_text(item)]
+
+
+class VectorCache:
+    """Least recently used vectors by (tenant, namespace, key, version, fields path)."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._vectors: OrderedDict[tuple[str, ...], list[list[float]]] = OrderedDict()
+
+    def get(self, key: tuple[str, ...]) -> list[list[float]] | None:
+        found = self._vectors.get(key)
+        if found is not None:
+            self._vectors.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[str, ...], vectors: list[list[float]]) -> None:
+        self._vectors[key] = vectors
+        self._vectors.move_to_end(key)
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    # The embedder's vectors are unit length: the dot product is the cosine (kept exact for any other embedder).
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+class MemorySearch:
+    def __init__(self, db: Database, embedder: Embedder, expiry: Expiry, *, cache_size: int = CACHE_SIZE) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.expiry = expiry
+        self.cache = VectorCache(cache_size)
+
+    async def search(self, tenant_id: str, q: SearchQuery) -> list[Hit]:
+        if q.prefix:
+            check_namespace(q.prefix)
+        check_filter(q.filter)
+        check_fields(q.fields)
+        async with self.db.pg() as sql:
+            found = await repo.under_prefix(sql, tenant_id, q.prefix)
+        expired = [(f.namespace, f.key) for f in found if f.expired]
+        if expired:  # an expired record is never served, and it is forgotten now rather than merely hidden
+            await self.expiry.expire_all(tenant_id, expired)
+        candidates = [f for f in found if not f.expired and matches(f.value, q.filter)]
+        if q.query:
+            ranked = await self._rank(tenant_id, q, candidates)
+        else:
+            ranked = [(None, f) for f in candidates]
+        page = ranked[q.offset:q.offset + q.limit]
+        expiries = {(f.namespace, f.key): f.expires_at for _, f in page}
+        if q.refresh_ttl and any(e is not None for e in expiries.values()):
+            async with self.db.pg() as sql:
+                expiries.update(await repo.refresh(sql, tenant_id, [k for k, e in expiries.items() if e is not None]))
+        return [
+            Hit(f.namespace, f.key, f.value, f.version, f.created_at, f.updated_at, expiries[(f.namespace, f.key)],
+                score)
+            for score, f in page
+        ]
+
+    async def _rank(self, tenant_id: str, q: SearchQuery, candidates: list[Found]) -> list[tuple[float | None, Found]]:
+        """By the best cosine of the query against any text the fields select; records with no such text follow,
+        unscored (LangGraph's InMemoryStore does the same)."""
+        assert q.query
+        paths = list(q.fields) if q.fields else ["$"]
+        vectors: dict[int, list[list[float]]] = {}
+        missing: list[tuple[int, tuple[str, ...], list[str]]] = []
+        for i, f in enumerate(candidates):
+            cache_key = (tenant_id, f.namespace, f.key, str(f.version), *paths)
+            cached = self.cache.get(cache_key)
+            if cached is not None:
+                vectors[i] = cached
+                continue
+            texts = [t for path in paths for t in texts_at(f.value, path)]
+            missing.append((i, cache_key, texts))
+        flat = [t for _, _, texts in missing for t in texts]
+        computed = await self.embedder.embed([q.query, *flat])
+        query_vector, rest = computed[0], iter(computed[1:])
+        for i, cache_key, texts in missing:
+            vectors[i] = [next(rest) for _ in texts]
+            self.cache.put(cache_key, vectors[i])
+        scored = [
+            (max(_cosine(query_vector, v) for v in vectors[i]), f) for i, f in enumerate(candidates) if vectors[i]
+        ]
+        scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: ties keep the newest write first
+        unscored: list[tuple[float | None, Found]] = [(None, f) for i, f in enumerate(candidates) if not vectors[i]]
+        return [*scored, *unscored]
