@@ -101,7 +101,7 @@ def main() -> None:
     timings: dict[str, dict[str, list[float]]] = {name: {op: [] for op in ops} for name in stores}
     for i in range(args.warmup + args.iterations):
         n = i % args.items
-        query = f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]}"
+        query = f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]} {i}"  # never the same twice: no cache hit
         for name, store in stores.items():  # interleaved: both see the same machine at the same moment
             calls: dict[str, Callable[[], Any]] = {
                 "put": lambda s=store, k=f"k{n}", v=_value(n + i): s.put(ns, k, v),

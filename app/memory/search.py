@@ -14,13 +14,14 @@ compares. Paths in `fields` follow LangGraph's too: `a.b`, `list[0]`, `list[-1]`
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import numpy as np
 
 from app.db.database import Database
 from app.embeddings import Embedder
@@ -32,6 +33,7 @@ from app.memory.validation import check_namespace
 
 OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 CACHE_SIZE = 50_000  # vectors of 384 floats: about 150 MB at most
+QUERY_CACHE_SIZE = 1_000
 _TOKEN = re.compile(r"\[(\*|-?\d+)\]|([^.\[\]]+)")
 
 
@@ -175,11 +177,11 @@ class VectorCache:
             self._vectors.popitem(last=False)
 
 
-def _cosine(a: list[float], b: list[float]) -> float:
-    # The embedder's vectors are unit length: the dot product is the cosine (kept exact for any other embedder).
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-    return dot / norm if norm else 0.0
+def _unit(vectors: list[list[float]]) -> Any:
+    """Rows scaled to unit length (the embedder's already are; kept exact for any other), as one matrix."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1, norms)
 
 
 class MemorySearch:
@@ -188,6 +190,7 @@ class MemorySearch:
         self.embedder = embedder
         self.expiry = expiry
         self.cache = VectorCache(cache_size)
+        self.queries = VectorCache(QUERY_CACHE_SIZE)  # agents ask the same question of their memory again and again
 
     async def search(self, tenant_id: str, q: SearchQuery) -> list[Hit]:
         if q.prefix:
@@ -231,14 +234,22 @@ class MemorySearch:
             texts = [t for path in paths for t in texts_at(f.value, path)]
             missing.append((i, cache_key, texts))
         flat = [t for _, _, texts in missing for t in texts]
-        computed = await self.embedder.embed([q.query, *flat])
-        query_vector, rest = computed[0], iter(computed[1:])
+        cached_query = self.queries.get((q.query,))
+        computed = await self.embedder.embed(flat if cached_query else [q.query, *flat])
+        query_vector = cached_query[0] if cached_query else computed[0]
+        self.queries.put((q.query,), [query_vector])
+        rest = iter(computed if cached_query else computed[1:])
         for i, cache_key, texts in missing:
             vectors[i] = [next(rest) for _ in texts]
             self.cache.put(cache_key, vectors[i])
-        scored = [
-            (max(_cosine(query_vector, v) for v in vectors[i]), f) for i, f in enumerate(candidates) if vectors[i]
-        ]
+        with_text = [i for i in range(len(candidates)) if vectors[i]]
+        owners = [i for i in with_text for _ in vectors[i]]
+        if owners:
+            similarities = _unit([v for i in with_text for v in vectors[i]]) @ _unit([query_vector])[0]
+        best: dict[int, float] = {}
+        for owner, similarity in zip(owners, similarities.tolist() if owners else [], strict=True):
+            best[owner] = max(best.get(owner, -2.0), float(similarity))
+        scored = [(best[i], candidates[i]) for i in with_text]
         scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: ties keep the newest write first
         unscored: list[tuple[float | None, Found]] = [(None, f) for i, f in enumerate(candidates) if not vectors[i]]
         return [*scored, *unscored]
