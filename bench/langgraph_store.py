@@ -28,6 +28,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from langgraph.store.base import BaseStore
@@ -87,7 +88,7 @@ def main() -> None:
     conn = Connection.connect(args.database_url, autocommit=True, prepare_threshold=0, row_factory=dict_row,
                               options=f"-c search_path={SCHEMA},public")
     index: Any = {"dims": DIMS, "embed": hashing_embed, "fields": ["text"]}
-    postgres = PostgresStore(conn, index=index)  # type: ignore[arg-type]
+    postgres = PostgresStore(conn, index=index)
     postgres.setup()
     run = uuid.uuid4().hex[:8]
     lethe = LetheStore(args.url, args.key, scope=(f"bench{run}",), index={"fields": ["text"]})
@@ -104,10 +105,10 @@ def main() -> None:
         query = f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]} {i}"  # never the same twice: no cache hit
         for name, store in stores.items():  # interleaved: both see the same machine at the same moment
             calls: dict[str, Callable[[], Any]] = {
-                "put": lambda s=store, k=f"k{n}", v=_value(n + i): s.put(ns, k, v),
-                "get": lambda s=store, k=f"k{(n * 13) % args.items}": s.get(ns, k),
-                "search filter": lambda s=store: s.search(ns, filter={"kind": "even"}, limit=10),
-                "search query": lambda s=store, q=query: s.search(ns, query=q, limit=10),
+                "put": partial(store.put, ns, f"k{n}", _value(n + i)),
+                "get": partial(store.get, ns, f"k{(n * 13) % args.items}"),
+                "search filter": partial(store.search, ns, filter={"kind": "even"}, limit=10),
+                "search query": partial(store.search, ns, query=query, limit=10),
             }
             for op, call in calls.items():
                 spent: list[float] = []

@@ -27,6 +27,7 @@ from langgraph.store.base import (
     Item,
     ListNamespacesOp,
     MatchCondition,
+    Op,
     PutOp,
     SearchOp,
 )
@@ -87,7 +88,7 @@ def test_batch_order(store: LetheStore) -> None:
     store.put(("test", "foo"), "key1", {"data": "value1"})
     store.put(("test", "bar"), "key2", {"data": "value2"})
 
-    ops = [
+    ops: list[Op] = [
         GetOp(namespace=("test", "foo"), key="key1"),
         PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
         SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
@@ -108,7 +109,7 @@ def test_batch_order(store: LetheStore) -> None:
     assert len(results[3]) > 0
     assert results[4] is None
 
-    ops_reordered = [
+    ops_reordered: list[Op] = [
         SearchOp(namespace_prefix=("test",), filter=None, limit=5, offset=0),
         GetOp(namespace=("test", "bar"), key="key2"),
         ListNamespacesOp(match_conditions=None, max_depth=None, limit=5, offset=0),
@@ -116,7 +117,7 @@ def test_batch_order(store: LetheStore) -> None:
         GetOp(namespace=("test", "foo"), key="key1"),
     ]
 
-    results_reordered = store.batch(ops_reordered)
+    results_reordered: list[Any] = store.batch(ops_reordered)
     assert len(results_reordered) == 5
     assert isinstance(results_reordered[0], list)
     assert len(results_reordered[0]) >= 2
@@ -484,7 +485,7 @@ async def test_no_running_loop_is_not_required(astore: LetheStore) -> None:
     # LangGraph's async store refuses sync calls on its loop; LetheStore's sync methods use their own client, so
     # they work from a worker thread while the loop runs (the part of LangGraph's test that applies)
     with ThreadPoolExecutor(max_workers=1) as executor:
-        assert await asyncio.wrap_future(executor.submit(astore.put, ("foo", "bar"), "baz", {"val": "baz"})) is None
+        await asyncio.wrap_future(executor.submit(astore.put, ("foo", "bar"), "baz", {"val": "baz"}))
         item = await asyncio.wrap_future(executor.submit(astore.get, ("foo", "bar"), "baz"))
         assert item is not None and item.value == {"val": "baz"}
     astore.close()
@@ -514,7 +515,7 @@ async def test_large_batches_async(astore: LetheStore) -> None:
 async def test_abatch_order(astore: LetheStore) -> None:
     await astore.aput(("test", "foo"), "key1", {"data": "value1"})
     await astore.aput(("test", "bar"), "key2", {"data": "value2"})
-    ops = [
+    ops: list[Op] = [
         GetOp(namespace=("test", "foo"), key="key1"),
         PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
         SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
@@ -529,14 +530,14 @@ async def test_abatch_order(astore: LetheStore) -> None:
     assert ("test", "foo") in results[3] and ("test", "bar") in results[3]
     assert results[4] is None
 
-    ops_reordered = [
+    ops_reordered: list[Op] = [
         SearchOp(namespace_prefix=("test",), filter=None, limit=5, offset=0),
         GetOp(namespace=("test", "bar"), key="key2"),
         ListNamespacesOp(match_conditions=None, max_depth=None, limit=5, offset=0),
         PutOp(namespace=("test",), key="key3", value={"data": "value3"}),
         GetOp(namespace=("test", "foo"), key="key1"),
     ]
-    results = await astore.abatch(ops_reordered)
+    results = list(await astore.abatch(ops_reordered))
     assert len(results[0]) == 2
     assert isinstance(results[1], Item) and results[1].value == {"data": "value2"}
     assert ("test", "foo") in results[2] and ("test", "bar") in results[2]
