@@ -137,7 +137,9 @@ def forgot_from(job: Json, session_id: str, client_s: float) -> Forgot:
     return Forgot(
         strategy=str(job["strategy"]), tau=entry.get("tau"), T=entry.get("T"),
         transitions_replayed=int(entry.get("transitions_replayed") or 0), reused=int(tokens.get("reused") or 0),
-        prefilled=int(tokens.get("prefilled") or 0), decoded=int(tokens.get("decoded") or 0),
+        prefilled=int(tokens.get("prefilled") or 0),
+        # Tokens sampled: decoded, or verified from the recorded reply (LETHE_REPLAY_VERIFY): the same decisions.
+        decoded=int(tokens.get("decoded") or 0) + int(tokens.get("verified") or 0),
         full_reset_estimate=int(tokens.get("full_reset_estimate") or 0), duration_ms=float(job.get("duration_ms") or 0),
         client_s=client_s, state_before=entry.get("state_sha256_before"), state_after=entry.get("state_sha256_after"),
         suppressed=len(job.get("suppressed_side_effects") or []),
