@@ -16,7 +16,7 @@ import pytest
 def _required(name: str) -> str:
     value = os.environ.get(name)
     if not value:
-        raise pytest.UsageError(f"{name} is not set: these tests need a live Lethe (see clients/python/tests/conftest.py)")
+        raise pytest.UsageError(f"{name} is not set: these tests need a live Lethe (see this conftest's docstring)")
     return value
 
 
