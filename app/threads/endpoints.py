@@ -97,7 +97,20 @@ async def get_checkpoint(
     return _json(await threads.get(principal.tenant_id, thread_id, checkpoint_ns, checkpoint_id))
 
 
-@router.get("/{thread_id}/checkpoints", response_model=CheckpointPage, summary="A thread's checkpoints, newest first")
+# The `metadata` filter is a JSON object in the query string: declared with its media type, so the contract says
+# which strings are accepted (FastAPI declares a query parameter by a schema only).
+METADATA_FILTER = {
+    "name": "metadata", "in": "query", "required": False,
+    "description": 'A JSON object: only checkpoints whose metadata holds it ({"source": "loop"}); at most 10000 '
+                   "characters",
+    "content": {"application/json": {"schema": {"type": "object"}}},
+}
+
+
+@router.get(
+    "/{thread_id}/checkpoints", response_model=CheckpointPage, summary="A thread's checkpoints, newest first",
+    openapi_extra={"parameters": [METADATA_FILTER]},
+)
 async def list_checkpoints(
     thread_id: ThreadId, principal: PrincipalDep, threads: ThreadsDep,
     checkpoint_ns: Annotated[str | None, Query(
@@ -106,9 +119,7 @@ async def list_checkpoints(
     before: Annotated[str | None, Query(
         min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN, description="Only checkpoints older than this id"
     )] = None,
-    metadata: Annotated[str | None, Query(
-        max_length=10_000, description='A JSON object: only checkpoints whose metadata holds it ({"source": "loop"})'
-    )] = None,
+    metadata: Annotated[str | None, Query(max_length=10_000, include_in_schema=False)] = None,
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Response:
@@ -122,8 +133,11 @@ async def delete_thread(thread_id: ThreadId, principal: PrincipalDep, threads: T
 
 
 @router.post(
-    "/{thread_id}:copy", response_model=CopyOut, summary="Copy a thread's checkpoints and writes to another thread",
-    responses={412: problem_doc("Some of these checkpoints were deleted from the target thread before")},
+    "/{thread_id}/copy", response_model=CopyOut, summary="Copy a thread's checkpoints and writes to another thread",
+    responses={
+        409: problem_doc("`target_thread_id` is the thread itself"),
+        412: problem_doc("Some of these checkpoints were deleted from the target thread before"),
+    },
 )
 async def copy_thread(thread_id: ThreadId, body: CopyIn, principal: PrincipalDep, threads: ThreadsDep) -> CopyOut:
     return await threads.copy(principal.tenant_id, thread_id, body.target_thread_id)
@@ -135,7 +149,7 @@ async def thread_values(thread_id: ThreadId, principal: PrincipalDep, threads: T
 
 
 @router.post(
-    "/{thread_id}:rewrite", response_model=RewriteOut, summary="Replace serialized values, atomically",
+    "/{thread_id}/rewrite", response_model=RewriteOut, summary="Replace serialized values, atomically",
     responses={412: problem_doc("`thread-changed`: the thread was written since `revision`")},
 )
 async def rewrite_thread(

@@ -24,12 +24,24 @@ Channel = Annotated[str, Field(min_length=1, max_length=500, pattern=TEXT_PATTER
 TaskId = Annotated[str, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN)]
 Version = Annotated[str, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN)]
 SerdeType = Annotated[str, Field(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9_.+-]+$")]
-Base64 = Annotated[str, Field(description="The serialized bytes, base64 (RFC 4648, with padding)")]
+# Exactly what base64.b64decode(validate=True) takes, so the schema says which strings are accepted.
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+Base64 = Annotated[str, Field(
+    pattern=BASE64_PATTERN, description="The serialized bytes, base64 (RFC 4648, with padding)",
+)]
 Generation = Annotated[int | None, Field(
     default=None, ge=0, le=2**53,
     description="The thread's `generation` where the writer read its base; a rewrite since (forget_message) refuses "
     "the write with 412",
 )]
+
+
+def _keys_by_pattern(schema: dict[str, Any]) -> None:
+    """pydantic writes a key pattern as `patternProperties`, which leaves keys that do not match it unconstrained;
+    the pattern is a rule on every key (`propertyNames`), and every value has the one schema."""
+    ((pattern, values),) = schema.pop("patternProperties").items()
+    schema["propertyNames"]["pattern"] = pattern
+    schema["additionalProperties"] = values
 
 
 class Typed(RequestModel):
@@ -52,7 +64,8 @@ class PutCheckpoint(RequestModel):
     checkpoint: Typed = Field(description="The checkpoint without its channel values, serialized")
     metadata: dict[str, Any] = Field(default_factory=dict, description="JSON; filters lists, `run_id` names a run")
     channel_versions: dict[Channel, Version] = Field(
-        default_factory=dict, description="Each channel's version in this checkpoint (which blobs make its values)"
+        default_factory=dict, description="Each channel's version in this checkpoint (which blobs make its values)",
+        json_schema_extra=_keys_by_pattern,
     )
     blobs: list[BlobIn] = Field(default_factory=list, max_length=10_000,
                                 description="The channel values new in this checkpoint")

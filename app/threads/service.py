@@ -21,7 +21,7 @@ import json
 
 from app.db.database import Database
 from app.db.statements import Sql
-from app.errors import InvalidRequest, NotFound, PayloadTooLarge, PreconditionFailed
+from app.errors import Conflict, InvalidRequest, NotFound, PayloadTooLarge, PreconditionFailed
 from app.threads.repositories import checkpoints, locks, removals
 from app.threads.repositories.checkpoints import Blob, Stored
 from app.threads.schemas import (
@@ -242,7 +242,8 @@ class ThreadService:
 
     async def copy(self, tenant_id: str, thread_id: str, target_id: str) -> CopyOut:
         if target_id == thread_id:
-            raise InvalidRequest("target_thread_id is the thread itself")
+            # Well-formed, but it names a state that cannot be: every checkpoint would already be in the target.
+            raise Conflict("target_thread_id is the thread itself: a thread cannot be copied onto itself")
         async with self.db.pg_transaction() as sql:
             # Both rows locked in id order (see repository `lock_many`); the target's is created if new.
             for locking in sorted([thread_id, target_id]):

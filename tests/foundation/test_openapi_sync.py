@@ -22,8 +22,8 @@ API_PATHS = [
     "/v1/memory/{namespace}", "/v1/memory/{namespace}/{key}/history", "/healthz", "/readyz", "/metrics",
     "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes",
     "/v1/threads/{thread_id}/checkpoints", "/v1/threads/{thread_id}", "/v1/threads:delete_for_runs",
-    "/v1/threads:prune", "/v1/threads/{thread_id}:copy", "/v1/threads/{thread_id}/values",
-    "/v1/threads/{thread_id}:rewrite",
+    "/v1/threads:prune", "/v1/threads/{thread_id}/copy", "/v1/threads/{thread_id}/values",
+    "/v1/threads/{thread_id}/rewrite",
 ]
 
 # Paths the contract names whose routes have not landed: the data-subject section (subjects, retention, legal holds)

@@ -1,5 +1,5 @@
 """Forgotten text does not survive in PostgreSQL's planner statistics: columns holding user text carry none
-(migration 0006), so an ANALYZE taken while the text was live leaves nothing for a forget to miss."""
+(migrations 0006 and 0014), so an ANALYZE taken while the text was live leaves nothing for a forget to miss."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 from tests.forget.forget_helpers import artifacts, run_script, user, wait_job
 from tests.support import sql
 
-# Text, jsonb, vector and array columns may hold what users said; every one carries no statistics unless listed
+# Text, jsonb, bytea, vector and array columns may hold what users said; every one carries no statistics unless listed
 # here as holding ids only (their statistics help the planner and reveal nothing).
 KEPT = {("artifacts", "source_ids"), ("sessions", "flagged_sources")}
 FAST = {"temperature": 0, "max_tokens": 8, "seed": 5}
@@ -24,12 +24,12 @@ def test_every_user_text_column_carries_no_statistics(live_server: Any, database
         JOIN pg_type t ON t.oid = a.atttypid
         WHERE n.nspname = 'public' AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
     """)
-    user_text = [r for r in rows if r["type"] in ("text", "jsonb") or r["type"].startswith("vector")
+    user_text = [r for r in rows if r["type"] in ("text", "jsonb", "bytea") or r["type"].startswith("vector")
                  or r["typcategory"] in (b"A", "A")]  # an array
     assert len(user_text) >= 18
     collecting = [(r["relname"], r["attname"]) for r in user_text
                   if (r["relname"], r["attname"]) not in KEPT and r["attstattarget"] != 0]
-    assert collecting == [], "add these columns to migration 0006's list (or to KEPT if they hold only ids)"
+    assert collecting == [], "add these columns to a migration like 0006 (or to KEPT if they hold only ids)"
 
 
 def markers_in_statistics(database_url: str, markers: list[str]) -> list[tuple[str, str]]:

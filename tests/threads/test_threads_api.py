@@ -1,5 +1,6 @@
 """The thread routes (app/threads/) over real HTTP: the delete/write barrier in PostgreSQL, the rewrite's versions,
-and bad input (413, 404 for another tenant's or a missing thread, 422 for malformed ids, namespaces and values).
+and bad input (413, 404 for another tenant's or a missing thread, 422 for malformed ids, namespaces and values, 409
+for a copy onto itself).
 The LangGraph side (LetheSaver, the conformance suite, a real graph) is clients/python/tests/test_langgraph_saver.py."""
 
 from __future__ import annotations
@@ -71,11 +72,11 @@ def test_a_rewrite_is_refused_after_a_write_and_refuses_writers_of_the_old_value
     assert [b["data"] for b in values["blobs"]] == [b64(b"hello")] and values["generation"] == 0
     assert put(client, thread, "c2", checkpoint(parent="c1", generation=0)).status_code == 200  # moves the revision
     blob = {"checkpoint_ns": "", "channel": "messages", "version": "1", "type": "msgpack", "data": b64(b"")}
-    stale = client.post(f"/v1/threads/{thread}:rewrite", json={"revision": values["revision"], "blobs": [blob]})
+    stale = client.post(f"/v1/threads/{thread}/rewrite", json={"revision": values["revision"], "blobs": [blob]})
     assert problem(stale, 412)["type"].endswith("/thread-changed")
 
     values = client.get(f"/v1/threads/{thread}/values").json()
-    done = client.post(f"/v1/threads/{thread}:rewrite", json={"revision": values["revision"], "blobs": [blob]})
+    done = client.post(f"/v1/threads/{thread}/rewrite", json={"revision": values["revision"], "blobs": [blob]})
     assert done.status_code == 200 and done.json()["generation"] == 1
     assert client.get(f"/v1/threads/{thread}/checkpoints/c1").json()["blobs"][0]["data"] == b64(b"")
     # a writer that read generation 0 is refused; one naming nothing is judged by its parent's generation (0 too)
@@ -98,8 +99,8 @@ def test_another_tenants_thread_answers_404(client: httpx.Client, other_tenant: 
     problem(other_tenant.get(f"/v1/threads/{thread}/checkpoints/c1"), 404)
     problem(other_tenant.delete(f"/v1/threads/{thread}"), 404)
     problem(other_tenant.get(f"/v1/threads/{thread}/values"), 404)
-    problem(other_tenant.post(f"/v1/threads/{thread}:copy", json={"target_thread_id": thread + "-x"}), 404)
-    problem(other_tenant.post(f"/v1/threads/{thread}:rewrite", json={"revision": 1}), 404)
+    problem(other_tenant.post(f"/v1/threads/{thread}/copy", json={"target_thread_id": thread + "-x"}), 404)
+    problem(other_tenant.post(f"/v1/threads/{thread}/rewrite", json={"revision": 1}), 404)
     assert other_tenant.get(f"/v1/threads/{thread}/checkpoints").json()["checkpoints"] == []
     assert other_tenant.post("/v1/threads:prune", json={"thread_ids": [thread], "strategy": "delete"}).json() == {
         "deleted_checkpoints": 0}
@@ -111,7 +112,7 @@ def test_a_missing_thread_answers_404(client: httpx.Client) -> None:
     problem(client.get(f"/v1/threads/{thread}/checkpoints/c1"), 404)
     problem(client.delete(f"/v1/threads/{thread}"), 404)
     problem(client.get(f"/v1/threads/{thread}/values"), 404)
-    problem(client.post(f"/v1/threads/{thread}:copy", json={"target_thread_id": thread + "-x"}), 404)
+    problem(client.post(f"/v1/threads/{thread}/copy", json={"target_thread_id": thread + "-x"}), 404)
 
 
 def test_malformed_input_answers_422(client: httpx.Client) -> None:
@@ -128,7 +129,12 @@ def test_malformed_input_answers_422(client: httpx.Client) -> None:
     problem(client.get(f"/v1/threads/{thread}/checkpoints", params={"metadata": "[1]"}), 422)
     problem(client.get(f"/v1/threads/{thread}/checkpoints", params={"cursor": "bm9wZQ"}), 422)
     problem(client.post("/v1/threads:prune", json={"thread_ids": [thread], "strategy": "all"}), 422)
-    problem(client.post(f"/v1/threads/{thread}:copy", json={"target_thread_id": thread}), 422)
+    problem(client.get(f"/v1/threads/{thread}/checkpoints", params={"metadata": "{" * 10_001}), 422)
+    bad_padding = checkpoint()
+    bad_padding["checkpoint"]["data"] = "e30"  # "{}" without its padding
+    problem(put(client, thread, "c9", bad_padding), 422)
+    problem(put(client, thread, "c9", {**checkpoint(), "channel_versions": {"bad\nchannel": "1"}}), 422)
+    problem(client.post(f"/v1/threads/{thread}/copy", json={"target_thread_id": thread}), 409)
 
 
 def test_pages_follow_the_cursor_newest_first(client: httpx.Client) -> None:

@@ -174,7 +174,7 @@ def delete_for_runs(run_ids: Sequence[str]) -> Request:
 
 
 def copy_thread(source_thread_id: str, target_thread_id: str) -> Request:
-    return Request("POST", f"/v1/threads/{_seg(str(source_thread_id))}:copy",
+    return Request("POST", f"/v1/threads/{_seg(str(source_thread_id))}/copy",
                    json={"target_thread_id": str(target_thread_id)})
 
 
@@ -187,4 +187,4 @@ def values(thread_id: str) -> Request:
 
 
 def rewrite(thread_id: str, body: dict[str, Any]) -> Request:
-    return Request("POST", f"/v1/threads/{_seg(str(thread_id))}:rewrite", json=body)
+    return Request("POST", f"/v1/threads/{_seg(str(thread_id))}/rewrite", json=body)
