@@ -1,9 +1,10 @@
 """The Python client installs and works alone: `pip install ./clients/python` into a fresh virtualenv (no system
-site-packages, no server), then a memory round trip with `LetheClient` and `AsyncLetheClient` against the live server.
+site-packages, no server, no framework), then a memory round trip with `LetheClient` and `AsyncLetheClient` against
+the live server.
 
-The venv is made once per module; `pip install` reaches PyPI (or pip's cache) for httpx and its dependencies. The
-client's source is copied to a temporary directory first, so pip's build leaves nothing in the checkout and two runs
-never share a build directory.
+The venv is made once per module; `pip install` reaches PyPI (or pip's cache) for httpx, pydantic and their
+dependencies. The client's source is copied to a temporary directory first, so pip's build leaves nothing in the
+checkout and two runs never share a build directory.
 """
 
 from __future__ import annotations
@@ -136,15 +137,18 @@ INSPECT = textwrap.dedent(
 
     import lethe_client
 
-    print(importlib.metadata.requires("lethe-client"))
+    # The plain install's requirements; each framework is an extra ("...; extra == 'langgraph'").
+    print(sorted(r for r in importlib.metadata.requires("lethe-client") or [] if "extra ==" not in r))
     print((pathlib.Path(lethe_client.__file__).parent / "py.typed").is_file())
     """
 )
 
 
-def test_the_installed_distribution_depends_on_httpx_only_and_is_typed(client_python: Path, tmp_path: Path) -> None:
+def test_the_installed_distribution_depends_on_httpx_and_pydantic_only_and_is_typed(
+    client_python: Path, tmp_path: Path
+) -> None:
     ran = subprocess.run(
         [str(client_python), "-c", INSPECT],
         cwd=tmp_path, env=_isolated_env(), capture_output=True, text=True, timeout=60, check=True,
     )
-    assert ran.stdout.split("\n")[:2] == ["['httpx>=0.27']", "True"], ran.stdout
+    assert ran.stdout.split("\n")[:2] == ["['httpx>=0.27', 'pydantic>=2.7']", "True"], ran.stdout
