@@ -43,7 +43,7 @@ from app.forget.session_work import SessionWork
 from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
-from app.memory import repository as memory_repo
+from app.memory.repositories import records as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
 from app.runtime.routing import session_route

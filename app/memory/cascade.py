@@ -13,7 +13,7 @@ from typing import Protocol
 
 from app.db.database import Database
 from app.db.statements import Sql
-from app.memory import repository as repo
+from app.memory.repositories import records as repo
 from app.memory.repositories import search
 
 log = logging.getLogger(__name__)

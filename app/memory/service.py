@@ -8,7 +8,7 @@ version: the writer proves it saw the forget.
 Forgetting a never-written key writes tombstone version 1 rather than doing nothing: the user asked for the fact to
 be gone, and a stale "create if absent" (base 0) issued before the forget must not land after it.
 
-All SQL lives in `app.memory.repository`; this module decides what a result means and raises typed errors.
+All SQL lives in `app.memory.repositories`; this module decides what a result means and raises typed errors.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
 from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
-from app.memory import repository as repo
 from app.memory.cascade import Expiry, ForgetCascade, NoCascade
+from app.memory.repositories import records as repo
 from app.memory.repositories import search as search_repo
-from app.memory.repository import Head, Injectable, State, VersionRow, Written
+from app.memory.repositories.records import Head, Injectable, State, VersionRow, Written
 from app.memory.validation import (
     check_key,
     check_namespace,

@@ -44,8 +44,7 @@ LAYERS: dict[str, int] = {
     "app.ids": 0, "app.text": 0, "app.errors": 0, "app.settings": 0, "app.pagination": 0, "app.observability": 0,
     "app.tool_calls": 0, "app.request_model": 0, "app.registry": 0,
     "app.db": 1, "app.embeddings": 1,
-    "app.sessions.repositories": 1, "app.forget.repositories": 1, "app.memory.repository": 1,
-    "app.memory.repositories": 1,
+    "app.sessions.repositories": 1, "app.forget.repositories": 1, "app.memory.repositories": 1,
     "app.tenants.repository": 1, "app.openai_compat.repository": 1, "app.threads.repositories": 1,
     "app.engine": 2, "app.memory": 2, "app.tenants": 2, "app.threads": 2,
     "app.runtime": 3,
@@ -213,7 +212,7 @@ def test_sql_lives_in_repositories() -> None:
 def test_the_sql_check_sees_sql_outside_a_repository() -> None:
     tree = ast.parse("from sqlalchemy import select\nQ = Statement('SELECT 1')\n")
     assert _writes_sql(tree) == ["imports select", "builds a Statement"]
-    assert not _may_write_sql("app.memory.catalog") and _may_write_sql("app.memory.repository")
+    assert not _may_write_sql("app.memory.catalog") and _may_write_sql("app.memory.repositories.records")
 
 
 def test_modules_stay_readable_in_one_sitting() -> None:

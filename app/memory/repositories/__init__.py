@@ -1,1 +1,1 @@
-"""The memory domain's SQL beside the records' heads (app/memory/repository.py): search and expiry."""
+"""The memory domain's SQL: records.py the heads, their versions and tombstones; search.py search and expiry."""

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from app.db.statements import Sql, Statement
-from app.memory.repository import EXPIRED
+from app.memory.repositories.records import EXPIRED
 
 
 @dataclass(frozen=True)
