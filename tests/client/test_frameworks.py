@@ -28,13 +28,17 @@ def test_every_integration_has_client_tests() -> None:
 
 
 @pytest.mark.parametrize("test_file", CLIENT_TESTS)
-def test_client_suite(live_server: LiveServer, test_file: str) -> None:
+def test_client_suite(live_server: LiveServer, test_file: str, tmp_path: Path) -> None:
     env = {
         key: value for key, value in os.environ.items() if not key.startswith(("VIRTUAL_ENV", "PYTHON", "LETHE_"))
     }
     env |= {"LETHE_URL": live_server.base_url, "LETHE_KEY": BOOTSTRAP_KEY}
     done = subprocess.run(
-        [str(CLIENT_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/{test_file}"],
+        # A basetemp of its own: without one, pytest takes group and other access away from /tmp/pytest-of-<user>
+        # ("keep it private"), and the embedded PostgreSQL servers of this run, which pgserver runs as another user
+        # with their data directories under it, can no longer reach their files (a PANIC at the next checkpoint).
+        [str(CLIENT_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'client'}",
+         f"tests/{test_file}"],
         cwd=CLIENT, env=env, capture_output=True, text=True, timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
