@@ -78,6 +78,11 @@ class Settings(BaseSettings):
         description="How often the expiry sweep forgets memory records whose time to live ran out (a read that meets "
         "one forgets it at once).",
     )
+    hf_threads: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Threads of the hf engine's forward passes; unset: every core the process may run on. Fewer on a "
+        "machine shared with other busy processes (docs/performance.md, Engines: CPU contention).",
+    )
     replay_verify: bool = Field(
         default=True,
         description="A forget's replay verifies each transition's recorded reply in one forward pass instead of "

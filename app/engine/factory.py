@@ -20,7 +20,10 @@ class EngineBuilder:
 def _hf(settings: Settings) -> KVEngine:
     from app.engine.hf import HFEngine  # imports torch: only when this engine is the one asked for
 
-    return HFEngine(settings.model, settings.resolved_model_cache_dir, memory_budget_bytes=settings.kv_memory_bytes)
+    return HFEngine(
+        settings.model, settings.resolved_model_cache_dir, memory_budget_bytes=settings.kv_memory_bytes,
+        num_threads=settings.hf_threads,
+    )
 
 
 def _vllm(settings: Settings) -> KVEngine:

@@ -109,6 +109,11 @@ class HFEngine(Generating):
         return True  # module docstring: the same tokens in other chunks differ in the last float bits
 
     @property
+    def threads(self) -> int:
+        """Threads of its forward passes (LETHE_HF_THREADS, else every core the process may run on)."""
+        return self._num_threads
+
+    @property
     def exactness(self) -> Exactness:
         return "exact"  # one forward at a time, caches rebuilt chunk for chunk (module docstring)
 

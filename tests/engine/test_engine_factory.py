@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,14 @@ def test_hf_is_built_unstarted(tmp_path: Path) -> None:
     assert not engine.ready and engine.model_id == "SmolLM2-135M-Instruct" and engine.exactness == "exact"
     with pytest.raises(AttributeError, match="not started"):
         _ = engine.chat
+
+
+def test_hf_takes_every_core_unless_told_how_many_threads(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    every = build_engine(settings(tmp_path, EngineKind.HF).model_copy(update={"hf_threads": None}))
+    one = build_engine(settings(tmp_path, EngineKind.HF).model_copy(update={"hf_threads": 1}))
+    assert isinstance(every, HFEngine) and isinstance(one, HFEngine)
+    assert (every.threads, one.threads) == (cores, 1)
 
 
 def test_vllm_is_built_unstarted_without_importing_vllm(tmp_path: Path) -> None:
