@@ -66,9 +66,16 @@ def test_the_paths_not_yet_served_are_not_served() -> None:
     assert not landed, f"served now: move them from NOT_YET_SERVED to API_PATHS: {landed}"
 
 
-def test_the_committed_contract_is_the_shared_one() -> None:
+def _paths_named(text: str) -> set[str]:
+    return {_norm(p) for p in re.findall(r"`(?:GET|POST|PUT|DELETE) (/[^`\s]+)`", text)}
+
+
+def test_the_committed_contract_covers_the_shared_one() -> None:
+    """docs/API.md may run ahead of the team's ../shared/API.md (routes this repository added, not yet copied back),
+    never behind it: every path the shared contract names is named in the committed one."""
     shared = ROOT.parent / "shared" / "API.md"
     if not shared.exists():
-        pytest.skip("no ../shared/API.md beside this clone (CI's clone, a user's): the copy in docs/API.md is what "
+        pytest.skip("no ../shared/API.md beside this clone (a user's clone): the copy in docs/API.md is what "
                     "the other tests check, and this one compares it with the team's whenever both are present")
-    assert (ROOT / "docs" / "API.md").read_text() == shared.read_text(), "copy ../shared/API.md to docs/API.md"
+    behind = _paths_named(shared.read_text()) - _paths_named((ROOT / "docs" / "API.md").read_text())
+    assert not behind, f"../shared/API.md names paths docs/API.md lacks: {sorted(behind)}"
