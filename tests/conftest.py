@@ -30,6 +30,11 @@ from app.web.deps import ContainerDep
 from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, OverrideService, free_port, rewired
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The suite's hf engines run one thread each: the build machines have 2 cores shared with other work, and beside one
+# busy process two threads fight it for one core (a decode step 123 ms on 2 threads, 54 ms on 1; two forget test
+# files 382.6 s against 189.9 s: docs/performance.md, Suite time). Servers the tests start as processes inherit it;
+# a LETHE_HF_THREADS set outside wins.
+os.environ.setdefault("LETHE_HF_THREADS", "1")
 
 
 def _interrupt(signum: int, _frame: object) -> None:
