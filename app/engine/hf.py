@@ -109,6 +109,10 @@ class HFEngine(Generating):
         return True  # module docstring: the same tokens in other chunks differ in the last float bits
 
     @property
+    def rereads_replies(self) -> bool:
+        return True  # a generation leaves its reply pending for the closing (hf_generation.py)
+
+    @property
     def threads(self) -> int:
         """Threads of its forward passes (LETHE_HF_THREADS, else every core the process may run on)."""
         return self._num_threads

@@ -148,6 +148,13 @@ class KVEngine(Protocol):
         earlier requests chunked it: False."""
         ...
 
+    @property
+    def rereads_replies(self) -> bool:
+        """Whether a transition's closing forwards its reply's sampled tokens again (hf leaves a reply pending, so the
+        cache a transition leaves is one function of its tokens, decoded or verified: docs/engines.md). A reset then
+        computes every reply twice, and the yardstick its receipts are measured against says so (forget/cost.py)."""
+        ...
+
     async def close(self) -> None: ...
 
     async def open(

@@ -124,6 +124,10 @@ class VLLMRemoteEngine:
         return False  # vLLM computes a log's KV the same way whichever earlier requests cached part of it
 
     @property
+    def rereads_replies(self) -> bool:
+        return False  # the closing prefills only the end of turn; the reply's KV is decoding's
+
+    @property
     def exactness(self) -> Exactness:
         return self._exactness
 

@@ -33,6 +33,7 @@ from app.errors import EngineUnavailable, InvalidRequest, NotFound, SessionBusy
 from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
+from app.forget.cost import Yardstick
 from app.forget.jobs import JobView, LeaseLost, Retry, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
@@ -141,7 +142,7 @@ class ForgetExecutor:
                 if waited.calls:  # an engine that measures its queue (hf, in-process vllm; a fleet does not)
                     self.metrics.forget_engine_wait.labels(priority=level.label).observe(waited.seconds)
                 async with lease.commit() as (tx, locked):
-                    entry = await swap_in(tx, locked, found, change, policy.forget)
+                    entry = await swap_in(tx, locked, found, change, policy.forget, Yardstick.of(self.slot.engine))
                     entry = entry.model_copy(update={"exactness": self.slot.engine.exactness})
                     derived = []
                     if strategy.cleans_derived_memory:

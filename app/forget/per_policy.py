@@ -22,7 +22,7 @@ from app.db.models import AgentSession, Artifact, Checkpoint
 from app.errors import InvalidRequest
 from app.forget import regenerate as regen
 from app.forget.closure import ClosureEntry, Restore, restore_point
-from app.forget.cost import compute_cost, replies_in
+from app.forget.cost import Yardstick
 from app.forget.locate import Located
 from app.forget.receipts import RestorePoint
 from app.forget.replay import replay
@@ -65,7 +65,7 @@ class ForgetPolicy(Protocol):
 
     def estimate(
         self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
-        checkpoints: Sequence[Checkpoint], *, cold: bool,
+        checkpoints: Sequence[Checkpoint], yardstick: Yardstick, *, cold: bool,
     ) -> Estimate:
         """What `selective` (or, `cold`, `full`) is expected to compute; `rows`: every artifact, archived ones too."""
         ...
@@ -134,7 +134,7 @@ class FullForget:
 
     def estimate(
         self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
-        checkpoints: Sequence[Checkpoint], *, cold: bool,
+        checkpoints: Sequence[Checkpoint], yardstick: Yardstick, *, cold: bool,
     ) -> Estimate:
         restore = restore_point(checkpoints, rows, located.tau)
         after = [r for r in rows if r.archived_by is None and r.token_start >= restore.token_offset]
@@ -142,7 +142,7 @@ class FullForget:
             transitions_replayed=session.turns - restore.turn,
             reused=restore.token_offset,
             # What the contaminated suffix cost; the rebuilt one is about as long, less the target.
-            recompute_estimate=compute_cost(session.token_count - restore.token_offset, replies_in(after)),
+            recompute_estimate=yardstick.run(session.token_count - restore.token_offset, after),
             checkpoint=_checkpoint(restore),
         )
 
@@ -180,7 +180,7 @@ class RetrievalForget:
 
     def estimate(
         self, session: AgentSession, rows: Sequence[Artifact], located: Located, closure: Sequence[ClosureEntry],
-        checkpoints: Sequence[Checkpoint], *, cold: bool,
+        checkpoints: Sequence[Checkpoint], yardstick: Yardstick, *, cold: bool,
     ) -> Estimate:
         # Outputs are regenerated one by one, not a suffix replayed: the estimate is Dep(M)'s outputs (every output
         # for a cold run).
@@ -190,7 +190,8 @@ class RetrievalForget:
             reached = {entry.artifact_id for entry in closure}
             outputs = [r for r in outputs if r.id in reached and r.id not in sources]
         return Estimate(
-            transitions_replayed=len(outputs), reused=0, recompute_estimate=sum(len(r.token_ids) for r in outputs)
+            transitions_replayed=len(outputs), reused=0,
+            recompute_estimate=sum(len(r.token_ids) for r in outputs) + yardstick.reread(outputs),
         )
 
     def rotates_salt(self, log_before: Sequence[int], log_after: Sequence[int]) -> bool:

@@ -13,7 +13,7 @@ from app.db.database import Database
 from app.db.models import AgentSession, Checkpoint
 from app.embeddings import Embedder
 from app.forget import locate
-from app.forget.cost import full_reset_estimate
+from app.forget.cost import Yardstick
 from app.forget.jobs import JobView
 from app.forget.locate import Found, Target
 from app.forget.per_policy import ForgetLookup
@@ -27,9 +27,9 @@ from app.sessions.repositories import sessions as sessions_repo
 
 async def plan(
     db: Database, embedder: Embedder, tenant_id: str, target: Target, strategy: ForgetStrategy,
-    session_ids: Sequence[str], reason: str | None, policies: ForgetLookup,
+    session_ids: Sequence[str], reason: str | None, policies: ForgetLookup, yardstick: Yardstick,
 ) -> JobView:
-    """The dry run of forgetting `target` with `strategy` in `session_ids`."""
+    """The dry run of forgetting `target` with `strategy` in `session_ids`, its costs measured with `yardstick`."""
     entries = []
     for session_id in session_ids:
         vector = None
@@ -45,7 +45,7 @@ async def plan(
             check_session(strategy, session, policies)
             strategy.check(found.located)
             checkpoints = await sessions_repo.checkpoints(tx, tenant_id, session_id)
-        entries.append(_planned(session, found, checkpoints, strategy, policies))
+        entries.append(_planned(session, found, checkpoints, strategy, policies, yardstick))
     memory = None
     if target.namespace is not None:
         assert target.key is not None
@@ -58,15 +58,15 @@ async def plan(
 
 def _planned(
     session: AgentSession, found: Found, checkpoints: Sequence[Checkpoint], strategy: ForgetStrategy,
-    policies: ForgetLookup,
+    policies: ForgetLookup, yardstick: Yardstick,
 ) -> SessionEntry:
     trace = [TraceEntry(artifact_id=e.artifact_id, kind=e.kind, turn=e.turn, why=e.why) for e in found.closure]
-    full = full_reset_estimate(session.token_count, found.live_rows)
+    full = yardstick.run(session.token_count, found.live_rows)
     if not strategy.replays:  # nothing regenerated: the change costs next to nothing
         tokens = TokenCounts(reused=0, recompute_estimate=0, full_reset_estimate=full)
         return session_entry(session, found.located, found.closure, tokens, trace=trace)
     estimate = policies.of(session).forget.estimate(
-        session, found.rows, found.located, found.closure, checkpoints, cold=strategy.cold
+        session, found.rows, found.located, found.closure, checkpoints, yardstick, cold=strategy.cold
     )
     tokens = TokenCounts(
         reused=estimate.reused, recompute_estimate=estimate.recompute_estimate, full_reset_estimate=full

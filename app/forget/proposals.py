@@ -18,6 +18,7 @@ from app.db.models import AgentSession
 from app.embeddings import Embedder
 from app.errors import NotFound
 from app.forget import locate
+from app.forget.cost import Yardstick
 from app.forget.jobs import DEFAULT_STRATEGY, JobView, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
@@ -50,9 +51,10 @@ def deletion_request(observations: Sequence[Observation], *, generate: bool) -> 
 
 async def propose(
     db: Database, embedder: Embedder, tenant_id: str, session_id: str, request: DeletionRequest,
-    policies: ForgetLookup,
+    policies: ForgetLookup, yardstick: Yardstick,
 ) -> Proposal:
-    """Match M for `request` in the session, plan its forget and store the plan as a `planned` job."""
+    """Match M for `request` in the session, plan its forget (its costs measured with `yardstick`) and store the
+    plan as a `planned` job."""
     async with db.transaction() as tx:
         if await sessions_repo.get(tx, tenant_id, session_id) is None:
             raise NotFound(f"no session {session_id!r}")
@@ -68,7 +70,7 @@ async def propose(
         return Proposal(None, NOTHING_MATCHES)
     target = Target(session_id=session_id, artifact_ids=tuple(ids))
     strategy = STRATEGIES.named(DEFAULT_STRATEGY)
-    planned = await plan(db, embedder, tenant_id, target, strategy, [session_id], None, policies)
+    planned = await plan(db, embedder, tenant_id, target, strategy, [session_id], None, policies, yardstick)
     if not planned.sessions:
         return Proposal(None, NOTHING_MATCHES)
     async with db.transaction() as tx:

@@ -22,6 +22,7 @@ from app.engine.slot import EngineSlot
 from app.errors import Conflict, InvalidRequest, NotFound, NotReady
 from app.forget import planner, proposals
 from app.forget.cascade import JobCascade
+from app.forget.cost import Yardstick
 from app.forget.jobs import DEFAULT_STRATEGY, JobView, Submission, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
@@ -67,7 +68,8 @@ class ForgetService:
             return view_of(earlier)
         if request.dry_run:
             return await planner.plan(
-                self.db, self.embedder, tenant_id, target, strategy, session_ids, request.reason, self.policies
+                self.db, self.embedder, tenant_id, target, strategy, session_ids, request.reason, self.policies,
+                Yardstick.of(self.slot.engine),
             )
         await self._check(tenant_id, target, strategy, session_ids)
         job_id = await self._enqueue(tenant_id, target, strategy, request.reason)
@@ -83,7 +85,9 @@ class ForgetService:
         request = proposals.deletion_request(observations, generate=generate)
         if request is None:
             return None
-        return await proposals.propose(self.db, self.embedder, tenant_id, session_id, request, self.policies)
+        return await proposals.propose(
+            self.db, self.embedder, tenant_id, session_id, request, self.policies, Yardstick.of(self.slot.engine)
+        )
 
     async def confirm(self, tenant_id: str, request: Submission) -> JobView:
         """Run a stored plan: the job goes from `planned` to `queued` (with the strategy given now, if any). A plan
@@ -100,7 +104,8 @@ class ForgetService:
                 raise Conflict(f"forget plan {request.plan_id!r} was already confirmed")
             assert target.session_id is not None
             return await planner.plan(
-                self.db, self.embedder, tenant_id, target, strategy, [target.session_id], request.reason, self.policies
+                self.db, self.embedder, tenant_id, target, strategy, [target.session_id], request.reason, self.policies,
+                Yardstick.of(self.slot.engine),
             )
         if job.status == "planned":
             await self.validate(tenant_id, target, strategy)

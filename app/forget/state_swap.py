@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Artifact
 from app.forget.closure import ClosureEntry
-from app.forget.cost import full_reset_estimate
+from app.forget.cost import Yardstick
 from app.forget.locate import Found, Located
 from app.forget.per_policy import ForgetPolicy
 from app.forget.receipts import RestorePoint, SessionEntry, TokenCounts, TraceEntry, state_sha256
@@ -41,9 +41,10 @@ def session_entry(
 
 
 async def swap_in(
-    tx: AsyncSession, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy
+    tx: AsyncSession, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy, yardstick: Yardstick
 ) -> SessionEntry:
-    """Write `change` in the session's transaction and return the session's receipt entry."""
+    """Write `change` in the session's transaction and return the session's receipt entry, its costs measured with
+    the engine's `yardstick`."""
     rows = found.live_rows  # the live state (archived originals are history)
     before = _digest(rows)
     log_before = [t for r in sorted(rows, key=lambda r: r.position) for t in r.token_ids]
@@ -51,7 +52,7 @@ async def swap_in(
     entry = session_entry(
         session, found.located, found.closure,
         TokenCounts(
-            reused=0, prefilled=0, decoded=0, full_reset_estimate=full_reset_estimate(session.token_count, rows)
+            reused=0, prefilled=0, decoded=0, full_reset_estimate=yardstick.run(session.token_count, rows)
         ),
         epoch_after=session.epoch, state_before=before, state_after=before,
     )
@@ -84,7 +85,7 @@ async def swap_in(
         await sessions_repo.bump_cache_generation(tx, session.id)
     tokens = TokenCounts(
         reused=change.reused, prefilled=change.prefilled, decoded=change.decoded, verified=change.verified,
-        full_reset_estimate=full_reset_estimate(after[-1].token_end if after else 0, after),
+        full_reset_estimate=yardstick.run(after[-1].token_end if after else 0, after),
     )
     return entry.model_copy(update={
         "tokens": tokens, "transitions_replayed": change.transitions, "checkpoint": checkpoint, "epoch_after": epoch,

@@ -90,7 +90,7 @@ async def client(served: Served) -> AsyncIterator[EngineClient]:
 
 async def test_hello_describes_the_engine(client: EngineClient, engine: HFEngine) -> None:
     assert client.ready and client.name == "hf" and client.model_id == engine.model_id
-    assert client.exactness == "exact" and client.records_chunks
+    assert client.exactness == "exact" and client.records_chunks and client.rereads_replies
     assert client.max_context_tokens == engine.max_context_tokens
     text = "I live at 12 Rue Cler, Paris."
     assert client.chat.render_block("user", text) == engine.chat.render_block("user", text)
@@ -290,7 +290,7 @@ STATE = m.HandleState(version=3, length=5, chunks=(2, 3))
 AT = m.At(handle=7, expect=5, salt="s1")
 # One call of every operation with an answer of its reply type (none of them at their defaults).
 EXCHANGES: list[tuple[m.Request[Any], object]] = [
-    (m.Hello(), m.Greeting("hf", "smol", True, None, "exact", True, 8192, "/models/smol")),
+    (m.Hello(), m.Greeting("hf", "smol", True, None, "exact", True, True, 8192, "/models/smol")),
     (m.Attach("ses_a", m.HandleRef(7, 3)), m.Attached(7, m.HandleCopy((1, 2, 3, 4, 5), None, STATE))),
     (m.Open("ses_a", "s1", (1, 2, 3, 4, 5), (2, 3)), m.Opened(7, STATE)),
     (m.Prefill(AT, (6, 7)), m.Prefilled(TokenUsage(5, 2, 0), STATE)),

@@ -162,3 +162,16 @@ def test_coarser_checkpoints_are_as_exact_and_replay_more(
         assert receipt["checkpoint"]["turn"] == 0 and receipt["transitions_replayed"] == 5
     else:  # no injection before τ: no checkpoint at all, the whole log is replayed from nothing
         assert receipt["checkpoint"] is None and receipt["transitions_replayed"] == 6
+
+
+def test_a_full_reset_computes_exactly_the_yardstick(client: httpx.Client) -> None:
+    """The receipts' `full_reset_estimate` is what a cold full reset on this engine computes, to the token (hf
+    forwards each reply again at its closing: app/forget/cost.py), so every saving a receipt states is measured
+    against work a reset really does."""
+    _, ids = run_script(client, ADDRESS_SCRIPT, GREEDY)
+    job = wait_job(client, forget(client, {"artifact_id": ids[2][0]}, strategy="full_reset")["id"])
+    assert job["status"] == "succeeded", job
+    tokens = job["sessions"][0]["tokens"]
+    assert tokens["reused"] == 0
+    # Verified tokens were computed too, in the pass that checked the recorded replies (docs/engines.md).
+    assert tokens["prefilled"] + tokens["decoded"] + tokens["verified"] == tokens["full_reset_estimate"], tokens

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.forget.closure import closure_of, restore_point
-from app.forget.cost import compute_cost
+from app.forget.cost import Yardstick
 from app.forget.locate import Target, locate_in
 from app.runtime.checkpoints import manifest_sha256
 from app.runtime.tool_catalog import call_id, execute_builtin, normalize, parse_calls
@@ -59,7 +59,17 @@ def test_restore_point_skips_checkpoints_whose_prefix_changed() -> None:
     assert restore_point([start, good], ROWS, 2).checkpoint_id == "c1"
     assert restore_point([start, stale], ROWS, 2).checkpoint_id == "c0"
     assert restore_point([start, good], ROWS, 0).turn == -1
-    assert compute_cost(100, 3) == 103
+
+
+def test_the_yardstick_counts_each_reply_again_where_the_engine_rereads_it() -> None:
+    rows = [SimpleNamespace(kind="user", token_ids=[1] * 9, meta={}),
+            SimpleNamespace(kind="assistant", token_ids=[2] * 10, meta={"finish_reason": "stop"}),
+            SimpleNamespace(kind="tool_call", token_ids=[3] * 7, meta={"finish_reason": "length"})]
+    # Every token once, plus each reply's last sampled token decoded and then prefilled.
+    assert Yardstick().run(100, rows) == 102  # type: ignore[arg-type]
+    # hf forwards a reply's sampled tokens again at its closing: 10 - 5 and 7 - 5 of them (5: header, end of turn);
+    # the reply cut by max_tokens sampled no stop token.
+    assert Yardstick(rereads_replies=True, frame=5).run(100, rows) == 101 + 5 + 2  # type: ignore[arg-type]
 
 
 def test_scrubbed_targets_keep_no_text() -> None:

@@ -119,6 +119,10 @@ class EngineClient:
     def records_chunks(self) -> bool:
         return self._hello is not None and self._hello.records_chunks
 
+    @property
+    def rereads_replies(self) -> bool:
+        return self._hello is not None and self._hello.rereads_replies
+
     async def start(self) -> None:
         """Wait for the engine process to be up with its model loaded (it may be starting), then load the tokenizer."""
         while not self._closed:

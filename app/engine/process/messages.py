@@ -49,6 +49,7 @@ class Greeting:
     error: str | None  # why the engine failed to start
     exactness: Exactness | None  # None until ready
     records_chunks: bool
+    rereads_replies: bool
     max_context_tokens: int | None
     model_dir: str | None  # where the workers load the tokenizer from; None until ready
 

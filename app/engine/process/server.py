@@ -215,7 +215,8 @@ class EngineServer:
         return m.Greeting(
             name=engine.name, model_id=engine.model_id, ready=ready, error=self.error,
             exactness=m.exactness_of(engine.exactness) if ready else None, records_chunks=engine.records_chunks,
-            max_context_tokens=engine.max_context_tokens, model_dir=str(self.model_dir) if ready else None,
+            rereads_replies=engine.rereads_replies, max_context_tokens=engine.max_context_tokens,
+            model_dir=str(self.model_dir) if ready else None,
         )
 
     def _attach(self, request: m.Attach) -> m.Attached:
