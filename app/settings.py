@@ -118,6 +118,25 @@ class Settings(BaseSettings):
         "served with --scheduling-policy priority): auto (sent when the fleet accepts them, probed at start), on "
         "(sent; a fleet that refuses them fails the start), off (never sent).",
     )
+    key_provider: Literal["local", "openbao", "vault"] = Field(
+        default="local",
+        description="Where the key material that derives content keys lives (docs/erasure-at-rest.md): local (a key "
+        "store under <data_dir>/keys, for the processes of one machine) or openbao / vault (a KV version 2 engine on "
+        "a server that every host shares).",
+    )
+    erasure_horizon_s: int = Field(
+        default=300, ge=1, le=7 * 86400,
+        description="The most time from a forget's success to the destruction, in the key provider, of every key "
+        "able to decrypt what it erased (then no backup, WAL archive or replica can give it back).",
+    )
+    openbao_address: str | None = Field(
+        default=None, description="The OpenBao or Vault server (https://...:8200) of key_provider openbao / vault."
+    )
+    openbao_token: SecretStr | None = Field(
+        default=None, description="A token allowed to use and rotate, configure and trim the transit key."
+    )
+    openbao_transit_mount: str = Field(default="transit", description="Where the transit engine is mounted.")
+    openbao_transit_key: str = Field(default="lethe-root", description="The transit key whose versions are roots.")
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None
     log_level: str = "INFO"

@@ -1,0 +1,47 @@
+"""Builds the key provider that settings name; the composition root calls it once per process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from app.keys.provider import KeyProvider
+from app.registry import Registry
+from app.settings import Settings
+
+
+@dataclass(frozen=True)
+class ProviderBuilder:
+    name: str  # what LETHE_KEY_PROVIDER says
+    build: Callable[[Settings], KeyProvider]
+
+
+def _local(settings: Settings) -> KeyProvider:
+    from app.keys.local import LocalProvider
+
+    return LocalProvider(settings.data_dir / "keys")
+
+
+def _openbao(settings: Settings) -> KeyProvider:
+    from app.keys.openbao import OpenBaoProvider  # imports hvac only when this provider is the one asked for
+
+    if not settings.openbao_address or settings.openbao_token is None:
+        raise RuntimeError(
+            f"LETHE_KEY_PROVIDER={settings.key_provider} needs LETHE_OPENBAO_ADDRESS and LETHE_OPENBAO_TOKEN"
+        )
+    return OpenBaoProvider(
+        settings.openbao_address, settings.openbao_token.get_secret_value(),
+        mount=settings.openbao_kv_mount, prefix=settings.openbao_prefix,
+    )
+
+
+# Vault's KV engine and OpenBao's answer the same API: two names, one builder.
+PROVIDERS: Final[Registry[ProviderBuilder]] = Registry(
+    "key provider", ProviderBuilder("local", _local), ProviderBuilder("openbao", _openbao),
+    ProviderBuilder("vault", _openbao),
+)
+
+
+def build_provider(settings: Settings) -> KeyProvider:
+    return PROVIDERS.named(settings.key_provider).build(settings)
