@@ -133,10 +133,11 @@ class Settings(BaseSettings):
         default=None, description="The OpenBao or Vault server (https://...:8200) of key_provider openbao / vault."
     )
     openbao_token: SecretStr | None = Field(
-        default=None, description="A token allowed to use and rotate, configure and trim the transit key."
+        default=None,
+        description="A token allowed to read, write and destroy versions of the secrets under openbao_prefix.",
     )
-    openbao_transit_mount: str = Field(default="transit", description="Where the transit engine is mounted.")
-    openbao_transit_key: str = Field(default="lethe-root", description="The transit key whose versions are roots.")
+    openbao_kv_mount: str = Field(default="secret", description="Where the KV version 2 engine is mounted.")
+    openbao_prefix: str = Field(default="lethe", description="The path under it of Lethe's key covers.")
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None
     log_level: str = "INFO"
