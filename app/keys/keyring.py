@@ -13,8 +13,9 @@ covers keep working while it is down, anything that needs it raises `Unavailable
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from app.keys import envelope, tree
@@ -39,11 +40,14 @@ class Census:
 
 
 class Keyring:
-    def __init__(self, provider: KeyProvider, *, ttl_s: float = 150.0, capacity: int = 100_000) -> None:
+    def __init__(
+        self, provider: KeyProvider, *, ttl_s: float = 150.0, capacity: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.provider = provider
         # Both bounded in time: a shred another process's notification did not reach stops deriving within ttl_s.
-        self.covers: KeyCache[Cover] = KeyCache(capacity=max(1, capacity // 64), ttl_s=ttl_s)
-        self.keys: KeyCache[bytes] = KeyCache(capacity=capacity, ttl_s=ttl_s)
+        self.covers: KeyCache[Cover] = KeyCache(capacity=max(1, capacity // 64), ttl_s=ttl_s, clock=clock)
+        self.keys: KeyCache[bytes] = KeyCache(capacity=capacity, ttl_s=ttl_s, clock=clock)
 
     async def _cover(self, tenant: str, shard: int) -> Cover:
         name = (tenant, shard)

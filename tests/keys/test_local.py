@@ -3,11 +3,14 @@ at any step of a shred loses no surviving key, and a shred reaches every copy of
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import signal
 import stat
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,6 +21,7 @@ from app.keys.keyring import Keyring
 from app.keys.local import LocalProvider
 from tests.keys import workers
 
+T = TypeVar("T")
 SPAWN = multiprocessing.get_context("spawn")
 TENANT = "ten_a"
 
@@ -34,9 +38,7 @@ def _keys(directory: Path, tenant: str, leaves: range) -> dict[int, bytes | None
     return found
 
 
-def _run(coro):  # type: ignore[no-untyped-def]
-    import asyncio
-
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
