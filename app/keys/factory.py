@@ -1,4 +1,4 @@
-"""Builds the key provider that settings name; the composition root calls it once per process."""
+"""Builds the key provider and keyring that settings name; the composition root calls it once per process."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from app.keys.keyring import Keyring
 from app.keys.provider import KeyProvider
 from app.registry import Registry
 from app.settings import Settings
@@ -45,3 +46,9 @@ PROVIDERS: Final[Registry[ProviderBuilder]] = Registry(
 
 def build_provider(settings: Settings) -> KeyProvider:
     return PROVIDERS.named(settings.key_provider).build(settings)
+
+
+def build_keyring(settings: Settings) -> Keyring:
+    """The process's keyring: its caches forget a shredded key within half the erasure horizon even when the
+    notification of the shred never arrives."""
+    return Keyring(build_provider(settings), ttl_s=settings.erasure_horizon_s / 2)

@@ -26,7 +26,7 @@ import hvac.exceptions
 import requests
 
 from app.keys import tree
-from app.keys.errors import Unavailable
+from app.keys.errors import Tampered, Unavailable
 from app.keys.provider import Cover
 
 T = TypeVar("T")
@@ -72,8 +72,8 @@ class OpenBaoProvider:
         if answer is None:
             return None
         data = answer["data"]
-        if data.get("data") is None:  # the current version destroyed: never done by Lethe, a damaged store
-            return Cover(int(data["metadata"]["version"]), {})
+        if data.get("data") is None:  # the current version deleted or destroyed: never done by Lethe
+            raise Tampered(f"the cover of shard {shard} of {tenant!r} was deleted outside Lethe")
         return Cover(int(data["metadata"]["version"]), tree.decode(base64.b64decode(data["data"]["cover"])))
 
     def write(self, tenant: str, shard: int, nodes: tree.Nodes, expected: int) -> Cover | None:
