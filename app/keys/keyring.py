@@ -18,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from app.keys import envelope, tree
 from app.keys.cache import KeyCache
 from app.keys.envelope import Binding
@@ -47,7 +49,7 @@ class Keyring:
         self.provider = provider
         # Both bounded in time: a shred another process's notification did not reach stops deriving within ttl_s.
         self.covers: KeyCache[Cover] = KeyCache(capacity=max(1, capacity // 64), ttl_s=ttl_s, clock=clock)
-        self.keys: KeyCache[bytes] = KeyCache(capacity=capacity, ttl_s=ttl_s, clock=clock)
+        self.ciphers: KeyCache[AESGCM] = KeyCache(capacity=capacity, ttl_s=ttl_s, clock=clock)
 
     async def _cover(self, tenant: str, shard: int) -> Cover:
         name = (tenant, shard)
@@ -65,14 +67,18 @@ class Keyring:
 
     async def key(self, tenant: str, leaf: int) -> bytes:
         """The data key of `leaf`; `Erased` once a forget punctured it."""
+        cover = await self._cover(tenant, shard_of(leaf))
+        return tree.derive(cover.nodes, leaf % tree.LEAVES)
+
+    async def cipher(self, tenant: str, leaf: int) -> AESGCM:
+        """The AEAD of `leaf`'s data key, cached; `Erased` once a forget punctured it."""
         name = (tenant, leaf)
-        cached = self.keys.get(name)
+        cached = self.ciphers.get(name)
         if cached is not None:
             return cached
-        cover = await self._cover(tenant, shard_of(leaf))
-        key = tree.derive(cover.nodes, leaf % tree.LEAVES)
-        self.keys.put(name, key)
-        return key
+        aead = envelope.cipher(await self.key(tenant, leaf))
+        self.ciphers.put(name, aead)
+        return aead
 
     async def shred(self, tenant: str, leaves: Iterable[int]) -> None:
         """Punctures `leaves` in the provider: once this returns no cover derives them (idempotent)."""
@@ -101,15 +107,15 @@ class Keyring:
         members = list(leaves)
         shards = {shard_of(leaf) for leaf in members}
         self.covers.drop((tenant, shard) for shard in shards)
-        self.keys.drop((tenant, leaf) for leaf in members)
+        self.ciphers.drop((tenant, leaf) for leaf in members)
 
     async def seal(self, leaf: int, binding: Binding, plaintext: bytes) -> bytes:
-        return envelope.seal(await self.key(binding.tenant, leaf), leaf, binding, plaintext)
+        return envelope.seal(await self.cipher(binding.tenant, leaf), leaf, binding, plaintext)
 
     async def unseal(self, binding: Binding, ciphertext: bytes) -> bytes:
         """The plaintext; `Erased` when its leaf is punctured (render as erased), `Tampered` when it was moved."""
-        key = await self.key(binding.tenant, envelope.leaf(ciphertext))
-        return envelope.unseal(key, binding, ciphertext)
+        aead = await self.cipher(binding.tenant, envelope.leaf(ciphertext))
+        return envelope.unseal(aead, binding, ciphertext)
 
     async def census(self, tenant: str, leaves: Iterable[int]) -> Census:
         live, erased = 0, []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.keys.cache import KeyCache
+from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.keyring import Keyring
 from app.keys.local import LocalProvider
@@ -42,12 +43,17 @@ def test_a_missed_notification_is_bounded_by_the_ttl(tmp_path: Path) -> None:
     clock = Clock()
     keys = tmp_path / "keys"
     other = Keyring(LocalProvider(keys), ttl_s=60, clock=clock)
+    here = Binding("ten_a", "artifacts", "art_3", "text")
+    sealed = asyncio.run(other.seal(3, here, b"target"))
     key = asyncio.run(other.key("ten_a", 3))
     asyncio.run(Keyring(LocalProvider(keys)).shred("ten_a", [3]))
     assert asyncio.run(other.key("ten_a", 3)) == key  # stale, within the bound the docs state
+    assert asyncio.run(other.unseal(here, sealed)) == b"target"
     clock.now += 60
     with pytest.raises(Erased):
         asyncio.run(other.key("ten_a", 3))
+    with pytest.raises(Erased):
+        asyncio.run(other.unseal(here, sealed))
 
     told = Keyring(LocalProvider(keys), ttl_s=60, clock=clock)
     asyncio.run(told.key("ten_a", 4))

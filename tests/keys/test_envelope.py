@@ -11,7 +11,7 @@ from app.keys import envelope
 from app.keys.envelope import Binding
 from app.keys.errors import Tampered
 
-KEY = os.urandom(32)
+KEY = envelope.cipher(os.urandom(32))
 HERE = Binding("ten_a", "artifacts", "art_1", "text")
 
 
@@ -46,10 +46,15 @@ def test_edited_byte_fails(offset: int) -> None:
         envelope.unseal(KEY, HERE, bytes(sealed))
 
 
+def test_a_data_key_is_256_bits() -> None:
+    with pytest.raises(ValueError):
+        envelope.cipher(os.urandom(16))
+
+
 def test_wrong_key_truncated_and_unknown_format_fail() -> None:
     sealed = envelope.seal(KEY, 7, HERE, b"secret")
     with pytest.raises(Tampered):
-        envelope.unseal(os.urandom(32), HERE, sealed)
+        envelope.unseal(envelope.cipher(os.urandom(32)), HERE, sealed)
     with pytest.raises(Tampered):
         envelope.unseal(KEY, HERE, sealed[: envelope.OVERHEAD - 1])
     with pytest.raises(Tampered):

@@ -21,7 +21,7 @@ def test_the_default_is_local_under_the_data_dir(tmp_path: Path) -> None:
     provider = build_provider(_settings(data_dir=tmp_path))
     assert isinstance(provider, LocalProvider) and provider.directory == tmp_path / "keys"
     keyring = build_keyring(_settings(data_dir=tmp_path, erasure_horizon_s=60))
-    assert keyring.keys._ttl_s == 30  # half the horizon
+    assert keyring.ciphers._ttl_s == 30  # half the horizon
 
 
 @pytest.mark.parametrize("name", ["openbao", "vault"])
