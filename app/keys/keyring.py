@@ -50,18 +50,23 @@ class Keyring:
         # Both bounded in time: a shred another process's notification did not reach stops deriving within ttl_s.
         self.covers: KeyCache[Cover] = KeyCache(capacity=max(1, capacity // 64), ttl_s=ttl_s, clock=clock)
         self.ciphers: KeyCache[AESGCM] = KeyCache(capacity=capacity, ttl_s=ttl_s, clock=clock)
+        # Bumped by every drop: what was fetched while a drop happened is returned but not cached, so a read that
+        # raced a shred cannot put the cover from before the shred back into the cache.
+        self._drops = 0
 
     async def _cover(self, tenant: str, shard: int) -> Cover:
         name = (tenant, shard)
         cached = self.covers.get(name)
         if cached is not None:
             return cached
+        drops = self._drops
         for _ in range(_ATTEMPTS):
             cover = await asyncio.to_thread(self.provider.read, tenant, shard)
             if cover is None:
                 cover = await asyncio.to_thread(self.provider.write, tenant, shard, tree.fresh(), 0)
             if cover is not None:
-                self.covers.put(name, cover)
+                if drops == self._drops:
+                    self.covers.put(name, cover)
                 return cover
         raise RuntimeError(f"shard {shard} of tenant {tenant!r} kept changing while it was created")
 
@@ -76,8 +81,10 @@ class Keyring:
         cached = self.ciphers.get(name)
         if cached is not None:
             return cached
+        drops = self._drops
         aead = envelope.cipher(await self.key(tenant, leaf))
-        self.ciphers.put(name, aead)
+        if drops == self._drops:
+            self.ciphers.put(name, aead)
         return aead
 
     async def shred(self, tenant: str, leaves: Iterable[int]) -> None:
@@ -106,6 +113,7 @@ class Keyring:
         """Another process shredded `leaves` (its notification): stop deriving them here."""
         members = list(leaves)
         shards = {shard_of(leaf) for leaf in members}
+        self._drops += 1
         self.covers.drop((tenant, shard) for shard in shards)
         self.ciphers.drop((tenant, leaf) for leaf in members)
 

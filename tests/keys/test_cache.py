@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.keyring import Keyring
 from app.keys.local import LocalProvider
+from app.keys.provider import Cover
 
 
 class Clock:
@@ -61,3 +63,36 @@ def test_a_missed_notification_is_bounded_by_the_ttl(tmp_path: Path) -> None:
     told.forget_cached("ten_a", [4])
     with pytest.raises(Erased):
         asyncio.run(told.key("ten_a", 4))
+
+
+class _GatedOnce(LocalProvider):
+    """Its first read parks after reading the file until the test releases it (a read in flight)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.reached, self.release = threading.Event(), threading.Event()
+
+    def read(self, tenant: str, shard: int) -> Cover | None:
+        cover = super().read(tenant, shard)
+        if not self.reached.is_set():
+            self.reached.set()
+            self.release.wait()
+        return cover
+
+
+def test_a_read_in_flight_during_a_shred_does_not_cache_the_old_cover(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    key = asyncio.run(Keyring(LocalProvider(keys)).key("ten_a", 3))  # the shard exists
+    provider = _GatedOnce(keys)
+    keyring = Keyring(provider)
+
+    async def race() -> bytes:
+        reader = asyncio.create_task(keyring.key("ten_a", 3))  # reads the cover from before the shred, parks
+        await asyncio.to_thread(provider.reached.wait)
+        await keyring.shred("ten_a", [3])
+        provider.release.set()
+        return await reader
+
+    assert asyncio.run(race()) == key  # it began before the shred: it may answer with the old key, once
+    with pytest.raises(Erased):
+        asyncio.run(keyring.key("ten_a", 3))
