@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import re
+import secrets
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,22 @@ class LocalProvider:
         self.directory = directory
         self._on_step = on_step
 
+    def identity(self) -> str:
+        path = self.directory / ".identity"  # a tenant id never starts with a dot
+        with contextlib.suppress(FileNotFoundError):
+            return path.read_text().strip()
+        with self._locked(None):
+            with contextlib.suppress(FileNotFoundError):
+                return path.read_text().strip()
+            temp = self.directory / ".identity.tmp"
+            temp.write_text(secrets.token_hex(16) + "\n")
+            os.chmod(temp, 0o600)
+            with open(temp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.rename(temp, path)
+            _fsync_dir(self.directory)
+            return path.read_text().strip()
+
     def _tenant_dir(self, tenant: str) -> Path:
         if _TENANT.fullmatch(tenant) is None:
             raise ValueError(f"tenant id {tenant!r} cannot name a key directory")
@@ -78,8 +95,9 @@ class LocalProvider:
         raise Tampered(f"the cover file {path} is not a cover")
 
     @contextlib.contextmanager
-    def _locked(self, tenant: str) -> Iterator[Path]:
-        directory = self._tenant_dir(tenant)
+    def _locked(self, tenant: str | None) -> Iterator[Path]:
+        """The tenant's lock (the store's own with None), its directory made first."""
+        directory = self.directory if tenant is None else self._tenant_dir(tenant)
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             directory.mkdir(mode=0o700, exist_ok=True)

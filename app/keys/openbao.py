@@ -17,7 +17,9 @@ was written and the caller answers 503.
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
+import secrets
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -66,6 +68,18 @@ class OpenBaoProvider:
         except hvac.exceptions.InvalidPath:
             return None
         return answer
+
+    def identity(self) -> str:
+        url = f"/v1/{self._mount}/data/{self._prefix}/.identity"  # a tenant id never starts with a dot
+        answer = self._get(url)
+        if answer is None:
+            body = {"options": {"cas": 0}, "data": {"id": secrets.token_hex(16)}}
+            with contextlib.suppress(hvac.exceptions.InvalidRequest):  # another host made it first
+                self._call(lambda: self._client.adapter.post(url, json=body))
+            answer = self._get(url)
+            if answer is None:
+                raise Unavailable("the key store's identity could not be read back", retry_after_s=self._retry_after_s)
+        return str(answer["data"]["data"]["id"])
 
     def read(self, tenant: str, shard: int) -> Cover | None:
         answer = self._get(self._url("data", tenant, shard))

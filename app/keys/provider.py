@@ -37,6 +37,12 @@ class KeyProvider(Protocol):
     @property
     def name(self) -> str: ...
 
+    def identity(self) -> str:
+        """The key store's id, made on first use. The database records it, and a process whose provider answers
+        another id refuses to start: a wiped or swapped key store would otherwise read as "never written" and
+        start new covers, and every old ciphertext would fail."""
+        ...
+
     def read(self, tenant: str, shard: int) -> Cover | None:
         """The shard's current cover; None when the shard was never written (never when it was punctured whole)."""
         ...

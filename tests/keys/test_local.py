@@ -62,6 +62,14 @@ def test_files_are_private_and_keys_stable(tmp_path: Path) -> None:
     assert stat.S_IMODE(cover.stat().st_mode) == 0o600
 
 
+def test_the_store_has_one_identity(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    first = LocalProvider(keys).identity()
+    assert len(first) == 32 and LocalProvider(keys).identity() == first
+    assert stat.S_IMODE((keys / ".identity").stat().st_mode) == 0o600
+    assert LocalProvider(tmp_path / "other").identity() != first  # a swapped key store is told apart
+
+
 def test_shred_reaches_every_copy_and_keeps_the_rest(tmp_path: Path) -> None:
     """A copy of the ciphertexts taken before the forget (a backup) still opens for the control, never the target,
     and no file of the key store still holds a seed that derived the target."""

@@ -82,6 +82,12 @@ def test_covers_live_in_kv_and_replaced_versions_are_destroyed(bao: tuple[str, s
         client.adapter.get(f"/v1/secret/data/t1/{TENANT}/0", params={"version": 1})
 
 
+def test_the_store_has_one_identity(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
+    first = _provider(bao, "t5").identity()
+    assert len(first) == 32 and _provider(bao, "t5").identity() == first
+    assert _provider(bao, "t6").identity() != first
+
+
 def test_check_and_set_refuses_a_stale_writer(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
     provider = _provider(bao, "t2")
     created = provider.write(TENANT, 0, tree.fresh(), 0)
