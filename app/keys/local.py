@@ -132,12 +132,10 @@ class LocalProvider:
             self._sweep(directory, shard)
             path = self._path(tenant, shard)
             old, temp = self._leftovers(directory, shard)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, struct.pack(">Q", expected + 1) + tree.encode(nodes))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+                handle.write(struct.pack(">Q", expected + 1) + tree.encode(nodes))
+                handle.flush()
+                os.fsync(handle.fileno())
             self._on_step("cover-written")
             if current is not None:
                 os.link(path, old)  # keeps the old inode reachable until it is zeroed
