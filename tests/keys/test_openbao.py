@@ -88,6 +88,30 @@ def test_the_store_has_one_identity(bao: tuple[str, subprocess.Popen[bytes]]) ->
     assert _provider(bao, "t6").identity() != first
 
 
+def test_the_documented_policy_is_enough(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """A token with exactly the capabilities docs/erasure-at-rest.md lists runs every operation."""
+    client = hvac.Client(url=bao[0], token=TOKEN)
+    policy = """
+path "secret/data/t7/*" { capabilities = ["create", "read", "update"] }
+path "secret/metadata/t7/*" { capabilities = ["read"] }
+path "secret/destroy/t7/*" { capabilities = ["update"] }
+"""
+    client.sys.create_or_update_policy("lethe-t7", policy)
+    token = client.auth.token.create(policies=["lethe-t7"], ttl="1h")["auth"]["client_token"]
+    provider = OpenBaoProvider(bao[0], token, prefix="t7", timeout_s=1.0)
+    keyring = Keyring(provider)
+    assert provider.identity()
+    here = Binding(TENANT, "artifacts", "art_1", "text")
+    sealed = asyncio.run(keyring.seal(1, here, b"x"))
+    asyncio.run(keyring.shred(TENANT, [1]))
+    with pytest.raises(Erased):
+        asyncio.run(Keyring(provider).unseal(here, sealed))
+    versions = client.adapter.get(f"/v1/secret/metadata/t7/{TENANT}/0")["data"]["versions"]
+    assert versions["1"]["destroyed"] is True
+    with pytest.raises(Unavailable):  # and nothing beyond it: another prefix is refused
+        OpenBaoProvider(bao[0], token, prefix="t8", timeout_s=1.0).read(TENANT, 0)
+
+
 def test_check_and_set_refuses_a_stale_writer(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
     provider = _provider(bao, "t2")
     created = provider.write(TENANT, 0, tree.fresh(), 0)
