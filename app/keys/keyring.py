@@ -93,7 +93,7 @@ class Keyring:
         for leaf in leaves:
             by_shard[shard_of(leaf)].append(leaf)
         for shard, members in sorted(by_shard.items()):
-            # Dropped first: this process stops deriving them even if the provider is down and the shred retried.
+            # First: this process stops deriving them even if the provider is down and the shred retried.
             self.forget_cached(tenant, members)
             await self._puncture(tenant, shard, [leaf % tree.LEAVES for leaf in members])
 
@@ -110,12 +110,19 @@ class Keyring:
         raise RuntimeError(f"shard {shard} of tenant {tenant!r} kept changing under the shred; run it again")
 
     def forget_cached(self, tenant: str, leaves: Iterable[int]) -> None:
-        """Another process shredded `leaves` (its notification): stop deriving them here."""
-        members = list(leaves)
-        shards = {shard_of(leaf) for leaf in members}
+        """Stops deriving `leaves` here (a shred of this process or another's notification). Cached covers are
+        punctured in place rather than dropped, so the shard's other leaves stay readable while the provider is
+        down."""
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for leaf in leaves:
+            by_shard[shard_of(leaf)].append(leaf)
         self._drops += 1
-        self.covers.drop((tenant, shard) for shard in shards)
-        self.ciphers.drop((tenant, leaf) for leaf in members)
+        for shard, members in by_shard.items():
+            cached = self.covers.get((tenant, shard))
+            if cached is not None:
+                punctured = tree.puncture(cached.nodes, [leaf % tree.LEAVES for leaf in members])
+                self.covers.replace((tenant, shard), Cover(cached.version, punctured))
+            self.ciphers.drop((tenant, leaf) for leaf in members)
 
     async def seal(self, leaf: int, binding: Binding, plaintext: bytes) -> bytes:
         return envelope.seal(await self.cipher(binding.tenant, leaf), leaf, binding, plaintext)

@@ -34,6 +34,11 @@ def test_time_bound_drop_and_size_bound() -> None:
     assert cache.get("b") is None and cache.get("a") == b"1" and cache.get("c") == b"3"
     cache.drop(["c"])
     assert cache.get("c") is None
+    clock.now += 5
+    cache.replace("a", b"1'")  # keeps its expiry
+    cache.replace("gone", b"x")  # replaces nothing that is not there
+    assert cache.get("a") == b"1'" and cache.get("gone") is None
+    clock.now -= 5
     clock.now += 10
     assert cache.get("a") is None and len(cache) == 0
     with pytest.raises(ValueError):

@@ -146,14 +146,15 @@ def test_down_and_back(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
     os.kill(server.pid, signal.SIGSTOP)
     try:
         assert asyncio.run(keyring.unseal(here, sealed)) == b"cached"  # cached: reads keep working
-        assert asyncio.run(keyring.seal(2, here, b"same shard, cached cover")) is not None
+        survivor = asyncio.run(keyring.seal(2, here, b"same shard, cached cover"))
         with pytest.raises(Unavailable) as new_shard:  # a new shard needs the provider
             asyncio.run(keyring.key(TENANT, 5 * tree.LEAVES))
         assert new_shard.value.status == 503 and new_shard.value.headers["Retry-After"] == "3"
         with pytest.raises(Unavailable):
             asyncio.run(keyring.shred(TENANT, [1]))
-        with pytest.raises(Unavailable):  # the shred failed, yet this process already stopped deriving the leaf
+        with pytest.raises(Erased):  # the shred failed, yet this process already stopped deriving the leaf
             asyncio.run(keyring.unseal(here, sealed))
+        assert asyncio.run(keyring.unseal(here, survivor)) == b"same shard, cached cover"  # its neighbours stay
     finally:
         os.kill(server.pid, signal.SIGCONT)
     asyncio.run(keyring.shred(TENANT, [1]))  # the retry, once the provider is back
