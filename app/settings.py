@@ -136,6 +136,10 @@ class Settings(BaseSettings):
         default=None,
         description="A token allowed to read, write and destroy versions of the secrets under openbao_prefix.",
     )
+    openbao_ca_cert: Path | None = Field(
+        default=None, description="A CA bundle the OpenBao server's TLS certificate is checked against (unset: the "
+        "system's).",
+    )
     openbao_kv_mount: str = Field(default="secret", description="Where the KV version 2 engine is mounted.")
     openbao_prefix: str = Field(default="lethe", description="The path under it of Lethe's key covers.")
     bootstrap_api_key: SecretStr | None = None

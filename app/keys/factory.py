@@ -34,6 +34,7 @@ def _openbao(settings: Settings) -> KeyProvider:
     return OpenBaoProvider(
         settings.openbao_address, settings.openbao_token.get_secret_value(),
         mount=settings.openbao_kv_mount, prefix=settings.openbao_prefix,
+        ca_cert=str(settings.openbao_ca_cert) if settings.openbao_ca_cert else None,
     )
 
 

@@ -40,9 +40,10 @@ class OpenBaoProvider:
 
     def __init__(
         self, address: str, token: str, *, mount: str = "secret", prefix: str = "lethe", timeout_s: float = 5.0,
-        retry_after_s: int = 2,
+        retry_after_s: int = 2, ca_cert: str | None = None,
     ) -> None:
-        self._client = hvac.Client(url=address, token=token, timeout=timeout_s)
+        verify: str | bool = ca_cert if ca_cert is not None else True
+        self._client = hvac.Client(url=address, token=token, timeout=timeout_s, verify=verify)
         self._mount = mount
         self._prefix = prefix
         self._retry_after_s = retry_after_s
