@@ -1,7 +1,8 @@
-"""Keys: envelope encryption of content and the keys a forget destroys (docs/erasure-at-rest.md).
+"""Keys: content encrypted at rest, and the keys a forget destroys (docs/erasure-at-rest.md).
 
-Used only by repositories: content becomes ciphertext (`envelope`) under a data key; data keys are wrapped by the
-tenant's epoch key, and epoch keys by a root version that lives in a key provider outside PostgreSQL (`provider`,
-`local`, `openbao`). `keyring` issues and reads keys through a `cache`; `shredder` retires epoch keys and root
-versions so that copies of forgotten keys (WAL, replicas, backups) become noise.
+Used only by repositories. Content becomes AES-256-GCM ciphertext (`envelope`) under the data key of a leaf, one
+erasure unit's number (`leaves`). A leaf's key is derived from its shard's cover (`tree`), which lives in a key
+provider outside PostgreSQL (`provider`: `local` files or an `openbao` / `vault` KV engine); `keyring` derives,
+caches (`cache`) and shreds: a forget punctures its leaves in the cover, so no copy of the database (WAL, replicas,
+backups) can be decrypted for them, while every other leaf keeps its key.
 """
