@@ -97,6 +97,10 @@ def test_tenants_do_not_share_keys(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     a, b = _keys(keys, "ten_a", range(0, 4)), _keys(keys, "ten_b", range(0, 4))
     assert not set(a.values()) & set(b.values())
+    keyring = Keyring(LocalProvider(keys))
+    sealed = _run(keyring.seal(2, Binding("ten_a", "artifacts", "art_1", "text"), b"a's"))
+    with pytest.raises(Tampered):  # the same leaf number in another tenant is another key
+        _run(keyring.unseal(Binding("ten_b", "artifacts", "art_1", "text"), sealed))
     _run(Keyring(LocalProvider(keys)).shred("ten_a", range(0, 4)))
     assert _keys(keys, "ten_b", range(0, 4)) == b
     assert set(_keys(keys, "ten_a", range(0, 4)).values()) == {None}
