@@ -123,6 +123,30 @@ class Settings(BaseSettings):
         "served with --scheduling-policy priority): auto (sent when the fleet accepts them, probed at start), on "
         "(sent; a fleet that refuses them fails the start), off (never sent).",
     )
+    key_provider: Literal["local", "openbao", "vault"] = Field(
+        default="local",
+        description="Where the key material that derives content keys lives (docs/erasure-at-rest.md): local (a key "
+        "store under <data_dir>/keys, for the processes of one machine) or openbao / vault (a KV version 2 engine on "
+        "a server that every host shares).",
+    )
+    erasure_horizon_s: int = Field(
+        default=300, ge=1, le=7 * 86400,
+        description="The most time from a forget's success to the destruction, in the key provider, of every key "
+        "able to decrypt what it erased (then no backup, WAL archive or replica can give it back).",
+    )
+    openbao_address: str | None = Field(
+        default=None, description="The OpenBao or Vault server (https://...:8200) of key_provider openbao / vault."
+    )
+    openbao_token: SecretStr | None = Field(
+        default=None,
+        description="A token allowed to read, write and destroy versions of the secrets under openbao_prefix.",
+    )
+    openbao_ca_cert: Path | None = Field(
+        default=None, description="A CA bundle the OpenBao server's TLS certificate is checked against (unset: the "
+        "system's).",
+    )
+    openbao_kv_mount: str = Field(default="secret", description="Where the KV version 2 engine is mounted.")
+    openbao_prefix: str = Field(default="lethe", description="The path under it of Lethe's key covers.")
     bootstrap_api_key: SecretStr | None = None
     bootstrap_webhook_secret: SecretStr | None = None
     log_level: str = "INFO"

@@ -5,8 +5,8 @@ Layers, bottom to top (a module may import its own layer and any layer below it)
 
     0  ids, text, errors, settings, pagination, observability (logging, metrics), tool_calls (plain data),
        request_model, registry (the one shape of a registry)
-    1  db (the database, models, replicas), embeddings, and every domain's repositories
-       (all SQL lives there)
+    1  db (the database, models, replicas), embeddings, keys (envelope encryption and the key provider, used by
+       repositories), and every domain's repositories (all SQL lives there)
     2  engine (the only package that knows tokens and caches), memory, tenants
     3  runtime (one transition's mechanics)
     4  sessions (the session service: committing transitions, compaction, locking)
@@ -43,7 +43,7 @@ DOMAINS = ("sessions", "forget", "memory", "webhooks", "tenants", "openai_compat
 LAYERS: dict[str, int] = {
     "app.ids": 0, "app.text": 0, "app.errors": 0, "app.settings": 0, "app.pagination": 0, "app.observability": 0,
     "app.tool_calls": 0, "app.request_model": 0, "app.registry": 0,
-    "app.db": 1, "app.embeddings": 1,
+    "app.db": 1, "app.embeddings": 1, "app.keys": 1,
     "app.sessions.repositories": 1, "app.forget.repositories": 1, "app.memory.repositories": 1,
     "app.tenants.repository": 1, "app.openai_compat.repository": 1, "app.threads.repositories": 1,
     "app.engine": 2, "app.memory": 2, "app.tenants": 2, "app.threads": 2,

@@ -1,0 +1,55 @@
+"""Builds the key provider and keyring that settings name; the composition root calls it once per process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from app.keys.keyring import Keyring
+from app.keys.provider import KeyProvider
+from app.registry import Registry
+from app.settings import Settings
+
+
+@dataclass(frozen=True)
+class ProviderBuilder:
+    name: str  # what LETHE_KEY_PROVIDER says
+    build: Callable[[Settings], KeyProvider]
+
+
+def _local(settings: Settings) -> KeyProvider:
+    from app.keys.local import LocalProvider
+
+    return LocalProvider(settings.data_dir / "keys")
+
+
+def _openbao(settings: Settings) -> KeyProvider:
+    from app.keys.openbao import OpenBaoProvider  # imports hvac only when this provider is the one asked for
+
+    if not settings.openbao_address or settings.openbao_token is None:
+        raise RuntimeError(
+            f"LETHE_KEY_PROVIDER={settings.key_provider} needs LETHE_OPENBAO_ADDRESS and LETHE_OPENBAO_TOKEN"
+        )
+    return OpenBaoProvider(
+        settings.openbao_address, settings.openbao_token.get_secret_value(),
+        mount=settings.openbao_kv_mount, prefix=settings.openbao_prefix,
+        ca_cert=str(settings.openbao_ca_cert) if settings.openbao_ca_cert else None,
+    )
+
+
+# Vault's KV engine and OpenBao's answer the same API: two names, one builder.
+PROVIDERS: Final[Registry[ProviderBuilder]] = Registry(
+    "key provider", ProviderBuilder("local", _local), ProviderBuilder("openbao", _openbao),
+    ProviderBuilder("vault", _openbao),
+)
+
+
+def build_provider(settings: Settings) -> KeyProvider:
+    return PROVIDERS.named(settings.key_provider).build(settings)
+
+
+def build_keyring(settings: Settings) -> Keyring:
+    """The process's keyring: its caches forget a shredded key within half the erasure horizon even when the
+    notification of the shred never arrives."""
+    return Keyring(build_provider(settings), ttl_s=settings.erasure_horizon_s / 2)

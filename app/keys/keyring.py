@@ -1,0 +1,143 @@
+"""Data keys by leaf: derived from the shard's cover, cached, punctured by a forget.
+
+A leaf is a tenant's data key number (one erasure unit: an artifact, a memory record's value, a forget job's
+target); its shard is `leaf >> tree.BITS`. Leaves are handed out by the repositories (a per-tenant counter, in
+blocks), never reused. Deriving a leaf's key needs the shard's cover: from the cache, else from the provider (a
+shard never written is created then, durably, before any key of it is used). A forget punctures its leaves' covers
+(`shred`): from then on no cover derives them, and since PostgreSQL never held key material, no copy of it can.
+
+The provider is called only on a cover cache miss, to create a shard and to shred: reads and writes under cached
+covers keep working while it is down, anything that needs it raises `Unavailable` before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from app.keys import envelope, tree
+from app.keys.cache import KeyCache
+from app.keys.envelope import Binding
+from app.keys.errors import Erased
+from app.keys.provider import Cover, KeyProvider
+
+_ATTEMPTS = 16  # compare-and-set races lost in a row before giving up (each one is another writer's success)
+
+
+def shard_of(leaf: int) -> int:
+    return leaf >> tree.BITS
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """What `lethe keys verify` reports for a set of leaves: derivable (`live`) or punctured (`erased`)."""
+
+    live: int
+    erased: list[int]
+
+
+class Keyring:
+    def __init__(
+        self, provider: KeyProvider, *, ttl_s: float = 150.0, capacity: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.provider = provider
+        # Both bounded in time: a shred another process's notification did not reach stops deriving within ttl_s.
+        self.covers: KeyCache[Cover] = KeyCache(capacity=max(1, capacity // 64), ttl_s=ttl_s, clock=clock)
+        self.ciphers: KeyCache[AESGCM] = KeyCache(capacity=capacity, ttl_s=ttl_s, clock=clock)
+        # Bumped by every drop: what was fetched while a drop happened is returned but not cached, so a read that
+        # raced a shred cannot put the cover from before the shred back into the cache.
+        self._drops = 0
+
+    async def _cover(self, tenant: str, shard: int) -> Cover:
+        name = (tenant, shard)
+        cached = self.covers.get(name)
+        if cached is not None:
+            return cached
+        drops = self._drops
+        for _ in range(_ATTEMPTS):
+            cover = await asyncio.to_thread(self.provider.read, tenant, shard)
+            if cover is None:
+                cover = await asyncio.to_thread(self.provider.write, tenant, shard, tree.fresh(), 0)
+            if cover is not None:
+                if drops == self._drops:
+                    self.covers.put(name, cover)
+                return cover
+        raise RuntimeError(f"shard {shard} of tenant {tenant!r} kept changing while it was created")
+
+    async def key(self, tenant: str, leaf: int) -> bytes:
+        """The data key of `leaf`; `Erased` once a forget punctured it."""
+        cover = await self._cover(tenant, shard_of(leaf))
+        return tree.derive(cover.nodes, leaf % tree.LEAVES)
+
+    async def cipher(self, tenant: str, leaf: int) -> AESGCM:
+        """The AEAD of `leaf`'s data key, cached; `Erased` once a forget punctured it."""
+        name = (tenant, leaf)
+        cached = self.ciphers.get(name)
+        if cached is not None:
+            return cached
+        drops = self._drops
+        aead = envelope.cipher(await self.key(tenant, leaf))
+        if drops == self._drops:
+            self.ciphers.put(name, aead)
+        return aead
+
+    async def shred(self, tenant: str, leaves: Iterable[int]) -> None:
+        """Punctures `leaves` in the provider: once this returns no cover derives them (idempotent)."""
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for leaf in leaves:
+            by_shard[shard_of(leaf)].append(leaf)
+        for shard, members in sorted(by_shard.items()):
+            # First: this process stops deriving them even if the provider is down and the shred retried.
+            self.forget_cached(tenant, members)
+            await self._puncture(tenant, shard, [leaf % tree.LEAVES for leaf in members])
+
+    async def _puncture(self, tenant: str, shard: int, indices: list[int]) -> None:
+        for _ in range(_ATTEMPTS):
+            cover = await asyncio.to_thread(self.provider.read, tenant, shard)
+            # A shard never written gets a cover without these leaves, so no later process derives them.
+            nodes = tree.puncture(cover.nodes if cover else tree.fresh(), indices)
+            if cover is not None and nodes == cover.nodes:
+                await asyncio.to_thread(self.provider.sweep, tenant, shard)  # a killed write's leftovers
+                return
+            if await asyncio.to_thread(self.provider.write, tenant, shard, nodes, cover.version if cover else 0):
+                return
+        raise RuntimeError(f"shard {shard} of tenant {tenant!r} kept changing under the shred; run it again")
+
+    def forget_cached(self, tenant: str, leaves: Iterable[int]) -> None:
+        """Stops deriving `leaves` here (a shred of this process or another's notification). Cached covers are
+        punctured in place rather than dropped, so the shard's other leaves stay readable while the provider is
+        down."""
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for leaf in leaves:
+            by_shard[shard_of(leaf)].append(leaf)
+        self._drops += 1
+        for shard, members in by_shard.items():
+            cached = self.covers.get((tenant, shard))
+            if cached is not None:
+                punctured = tree.puncture(cached.nodes, [leaf % tree.LEAVES for leaf in members])
+                self.covers.replace((tenant, shard), Cover(cached.version, punctured))
+            self.ciphers.drop((tenant, leaf) for leaf in members)
+
+    async def seal(self, leaf: int, binding: Binding, plaintext: bytes) -> bytes:
+        return envelope.seal(await self.cipher(binding.tenant, leaf), leaf, binding, plaintext)
+
+    async def unseal(self, binding: Binding, ciphertext: bytes) -> bytes:
+        """The plaintext; `Erased` when its leaf is punctured (render as erased), `Tampered` when it was moved."""
+        aead = await self.cipher(binding.tenant, envelope.leaf(ciphertext))
+        return envelope.unseal(aead, binding, ciphertext)
+
+    async def census(self, tenant: str, leaves: Iterable[int]) -> Census:
+        live, erased = 0, []
+        for leaf in leaves:
+            try:
+                await self.key(tenant, leaf)
+                live += 1
+            except Erased:
+                erased.append(leaf)
+        return Census(live, erased)
