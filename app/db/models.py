@@ -57,7 +57,11 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
     # Needed in the clear to verify HMAC signatures; never logged, never returned by the API.
     webhook_secret: Mapped[str | None] = mapped_column(Text)
+    # The first leaf of its key tree no process has reserved (migration 0015, app/keys/leaves.py).
+    next_leaf: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     created_at: Mapped[datetime] = _created_at()
+
+    __table_args__ = (CheckConstraint("next_leaf >= 0", name="next_leaf_not_negative"),)
 
 
 class ApiKey(Base):

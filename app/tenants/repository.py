@@ -40,6 +40,18 @@ async def set_webhook_secret(db: AsyncSession, tenant_id: str, secret: str) -> N
     await db.execute(update(Tenant).where(Tenant.id == tenant_id).values(webhook_secret=secret))
 
 
+async def reserve_leaves(db: AsyncSession, tenant_id: str, count: int) -> int | None:
+    """Take `count` leaves from the tenant's counter; answers the first (None: no such tenant). The row lock orders
+    concurrent reservers, so their blocks never overlap; the caller commits at once (a rolled-back reservation would
+    hand its numbers out again to the next reserver while this process still holds them)."""
+    row = await db.execute(
+        update(Tenant).where(Tenant.id == tenant_id).values(next_leaf=Tenant.next_leaf + count)
+        .returning(Tenant.next_leaf)
+    )
+    end = row.scalar_one_or_none()
+    return None if end is None else int(end) - count
+
+
 async def add_key(db: AsyncSession, tenant_id: str, key_sha256: str, label: str | None) -> None:
     """Register a key hash; a hash already registered (bootstrap re-run) is left as it is."""
     await db.execute(

@@ -88,6 +88,17 @@ class TenantService:
             await repo.add_key(session, tenant.id, hash_key(api_key), label="created by lethe tenant create")
         return tenant.id, api_key
 
+    async def reserve_leaves(self, tenant_id: str, count: int) -> int:
+        """`count` leaves of the tenant's key tree, never handed out again (app/keys/leaves.py's `Reserve`), in a
+        transaction of their own: whatever the caller's transaction does, the numbers are gone once answered."""
+        if count < 1:
+            raise ValueError("reserve one leaf at least")
+        async with self.db.transaction() as session:
+            first = await repo.reserve_leaves(session, tenant_id, count)
+        if first is None:
+            raise NotFound(f"no tenant {tenant_id!r}")
+        return first
+
     async def add_api_key(self, name: str) -> str:
         api_key = generate_api_key()
         async with self.db.transaction() as session:
