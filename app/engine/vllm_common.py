@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from app.engine.protocol import ChatTemplate, Generation, Sampling, TokenUsage
@@ -47,6 +47,23 @@ def vllm_seed(seed: int) -> int:
 def check_ids(token_ids: Sequence[int], vocab_size: int) -> None:
     if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
         raise ValueError(f"token ids must lie in [0, {vocab_size})")
+
+
+def sampling_params(sampling: Sampling, stop_token_ids: Collection[int], max_tokens: int | None = None) -> Any:
+    """vLLM's SamplingParams for `sampling` (the in-process engine; the remote one sends the same fields as JSON)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=max_tokens or sampling.max_tokens,
+        stop=list(sampling.stop) or None,
+        stop_token_ids=sorted(stop_token_ids),
+        seed=vllm_seed(sampling.seed),
+        skip_special_tokens=False,  # stop strings are matched on the same text ChatMLTemplate.decode gives
+        output_kind=RequestOutputKind.FINAL_ONLY,  # one result per request, not one per token
+    )
 
 
 def to_generation(

