@@ -67,6 +67,7 @@ LABELS = {
     "hf": {"selective_replay": "B7", "full_reset": "B5"},
     "hf-decode": {"selective_replay": "B7", "full_reset": "B5"},  # hf with LETHE_REPLAY_VERIFY=0: today's replay
     "vllm": {"selective_replay": "B7", "full_reset": "B5'"},
+    "vllm-decode": {"selective_replay": "B7", "full_reset": "B5'"},  # vllm with LETHE_REPLAY_VERIFY=0
 }
 PAST_TARGET = 12  # the paper's setting: sessions run 12 transitions past the target
 
@@ -85,10 +86,10 @@ def tenant_key(server: LetheServer, name: str) -> str:
 
 @contextlib.contextmanager
 def serve(engine: str, ready_s: float) -> Iterator[LetheServer]:
-    """`lethe serve` on `engine` (`hf-decode`: hf with LETHE_REPLAY_VERIFY=0) (bench.serve: a temporary data
+    """`lethe serve` on `engine` (`hf-decode`, `vllm-decode`: with LETHE_REPLAY_VERIFY=0) (bench.serve: a temporary data
     directory, stopped and removed on exit); a failure
     while it serves is reported with the server's state and the end of its log."""
-    verify = "0" if engine == "hf-decode" else "1"  # hf-decode: replays decode every reply again (no verification)
+    verify = "0" if engine.endswith("-decode") else "1"  # -decode: replays decode every reply again (no verification)
     with serving(
         ready_s=ready_s, LETHE_ENGINE=engine.removesuffix("-decode"), LETHE_BOOTSTRAP_API_KEY=API_KEY,
         LETHE_REPLAY_VERIFY=verify,
