@@ -77,6 +77,8 @@ async def greedy(
     rows = [*first.prompt_logprobs[len(log_ids) :], _generated_row(first)]
     accepted = 0
     for position, row in enumerate(rows):
+        if position == room:  # the whole room accepted: decoding would sample no more, not even a stop token
+            return Verified(list(draft), "length", None, accepted, 0, [usage])
         decided = decision(row)
         if decided is None or not decided[1]:
             return None
@@ -88,8 +90,6 @@ async def greedy(
         if token != draft[position]:
             break
         accepted += 1
-    if accepted == room:
-        return Verified(list(draft), "length", None, accepted, 0, [usage])
     return await _decode_on(request, log_ids, draft[:accepted], room, usage)
 
 

@@ -81,8 +81,13 @@ async def test_sampled_and_stop_string_replies_are_decoded(batched_engine: VLLME
     assert (again.usage.verified, again.usage.decoded) == (0, decoded.usage.decoded)
 
 
-async def test_a_reply_cut_by_max_tokens_is_verified_whole(batched_engine: VLLMEngine) -> None:
-    short = Sampling(temperature=0.0, max_tokens=3)
-    decoded, again = await _twice(batched_engine, short, lambda reply: reply, "List every box, one per line.")
-    assert decoded.finish_reason == "length"
-    assert (again.usage.verified, again.usage.decoded) == (3, 0)
+async def test_a_reply_that_fills_max_tokens_ends_on_length_as_decoding_does(batched_engine: VLLMEngine) -> None:
+    """With room for exactly the recorded reply, decoding samples no stop token after it: nor may verification,
+    though the request's next decision (a stop) is at hand."""
+    question = "Which box holds 21 apples?"
+    free, _ = await _twice(batched_engine, GREEDY, lambda reply: reply, question)
+    assert free.finish_reason == "stop"
+    exact = Sampling(temperature=0.0, max_tokens=len(free.token_ids))
+    decoded, again = await _twice(batched_engine, exact, lambda reply: reply, question)
+    assert decoded.finish_reason == "length" and decoded.token_ids == free.token_ids
+    assert (again.usage.verified, again.usage.decoded) == (len(free.token_ids), 0)
