@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -26,6 +27,7 @@ from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.provider import Cover, KeyProvider
 
+T = TypeVar("T")
 _ATTEMPTS = 16  # compare-and-set races lost in a row before giving up (each one is another writer's success)
 
 
@@ -54,21 +56,28 @@ class Keyring:
         # raced a shred cannot put the cover from before the shred back into the cache.
         self._drops = 0
 
-    async def _cover(self, tenant: str, shard: int) -> Cover:
-        name = (tenant, shard)
-        cached = self.covers.get(name)
+    async def _cached(self, cache: KeyCache[T], name: Hashable, fetch: Callable[[], Awaitable[T]]) -> T:
+        """`name` from `cache`, else fetched and cached, unless a drop happened meanwhile (the fetch may predate it)."""
+        cached = cache.get(name)
         if cached is not None:
             return cached
         drops = self._drops
-        for _ in range(_ATTEMPTS):
-            cover = await asyncio.to_thread(self.provider.read, tenant, shard)
-            if cover is None:
-                cover = await asyncio.to_thread(self.provider.write, tenant, shard, tree.fresh(), 0)
-            if cover is not None:
-                if drops == self._drops:
-                    self.covers.put(name, cover)
-                return cover
-        raise RuntimeError(f"shard {shard} of tenant {tenant!r} kept changing while it was created")
+        value = await fetch()
+        if drops == self._drops:
+            cache.put(name, value)
+        return value
+
+    async def _cover(self, tenant: str, shard: int) -> Cover:
+        async def fetch() -> Cover:
+            for _ in range(_ATTEMPTS):
+                cover = await asyncio.to_thread(self.provider.read, tenant, shard)
+                if cover is None:
+                    cover = await asyncio.to_thread(self.provider.write, tenant, shard, tree.fresh(), 0)
+                if cover is not None:
+                    return cover
+            raise RuntimeError(f"shard {shard} of tenant {tenant!r} kept changing while it was created")
+
+        return await self._cached(self.covers, (tenant, shard), fetch)
 
     async def key(self, tenant: str, leaf: int) -> bytes:
         """The data key of `leaf`; `Erased` once a forget punctured it."""
@@ -77,15 +86,11 @@ class Keyring:
 
     async def cipher(self, tenant: str, leaf: int) -> AESGCM:
         """The AEAD of `leaf`'s data key, cached; `Erased` once a forget punctured it."""
-        name = (tenant, leaf)
-        cached = self.ciphers.get(name)
-        if cached is not None:
-            return cached
-        drops = self._drops
-        aead = envelope.cipher(await self.key(tenant, leaf))
-        if drops == self._drops:
-            self.ciphers.put(name, aead)
-        return aead
+
+        async def fetch() -> AESGCM:
+            return envelope.cipher(await self.key(tenant, leaf))
+
+        return await self._cached(self.ciphers, (tenant, leaf), fetch)
 
     async def shred(self, tenant: str, leaves: Iterable[int]) -> None:
         """Punctures `leaves` in the provider: once this returns no cover derives them (idempotent)."""
