@@ -7,14 +7,18 @@ import asyncio
 from dataclasses import dataclass, field
 
 from app.db.database import Database
-from app.db.notifications import JobEvents
+from app.db.notifications import JobEvents, announce_shred
 from app.embeddings import Embedder, MiniLMEmbedder
 from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
 from app.forget.cascade import JobCascade
 from app.forget.executor import ForgetExecutor
 from app.forget.service import ForgetService
+from app.forget.shredding import Shredder
 from app.forget.worker import ForgetWorker
+from app.keys.content import Sealer
+from app.keys.factory import build_keyring
+from app.keys.leaves import Leaves
 from app.memory.catalog import MemoryCatalog
 from app.memory.search import MemorySearch
 from app.memory.service import MemoryService
@@ -58,30 +62,43 @@ class Container:
     # Set when a job is queued, by a submit here or by any process (job_events): wakes this process's forget worker.
     forget_wake: asyncio.Event = field(default_factory=asyncio.Event)
     job_events: JobEvents = field(init=False)
+    # Content at rest (docs/erasure-at-rest.md): the process's keyring and leaves, handed to every repository that
+    # seals, and the shredder that punctures what a forget erased.
+    sealer: Sealer = field(init=False)
+    shredder: Shredder = field(init=False)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     services: Services = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
-        self.job_events = JobEvents(self.db.pg_url, self.forget_wake)
+        horizon_s = settings.erasure_horizon_s
+        keyring = build_keyring(settings)
+        self.sealer = sealer = Sealer(
+            keyring, Leaves(self.tenants.reserve_leaves),
+            announce=lambda tenant_id, leaves: announce_shred(self.db, tenant_id, leaves),
+        )
+        self.shredder = Shredder(self.db, sealer)
+        self.job_events = JobEvents(self.db.pg_url, self.forget_wake, shredded=sealer.forget_cached)
         policies = build_policies()  # the one registry, handed to everything that resolves a session's policy
         sessions = SessionService(
-            self.db, self.engine, self.handles, self.embedder, policies, lock_timeout_s=settings.session_lock_timeout_s,
-            lease_s=settings.session_lease_s, on_wait=self.metrics.session_waiters.inc,
+            self.db, self.engine, self.handles, self.embedder, policies, sealer,
+            lock_timeout_s=settings.session_lock_timeout_s, lease_s=settings.session_lease_s,
+            on_wait=self.metrics.session_waiters.inc,
         )
         forget = ForgetService(
             self.db, self.engine, self.embedder, policies, wait_s=settings.forget_wait_s, wake=self.forget_wake,
-            events=self.job_events,
+            events=self.job_events, shredder=self.shredder, horizon_s=horizon_s,
         )
         executor = ForgetExecutor(
             self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies,
-            lock_timeout_s=settings.forget_lock_timeout_s, replay_verify=settings.replay_verify,
+            lock_timeout_s=settings.forget_lock_timeout_s, replay_verify=settings.replay_verify, horizon_s=horizon_s,
         )
         # A forget's cascade is the selective-replay job over every session the record was injected into, queued in
-        # the tombstone's transaction (finished there when it reached none).
-        memory = MemoryService(self.db, cascade=JobCascade(
+        # the tombstone's transaction (finished there when it reached none); it shreds once the tombstone committed.
+        memory = MemoryService(self.db, sealer, cascade=JobCascade(
             "selective_replay", "memory record forgotten",
             on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
+            shredder=self.shredder, horizon_s=horizon_s,
         ))
         self.services = Services(
             sessions=sessions,
@@ -89,7 +106,7 @@ class Container:
             forget_executor=executor,
             memory=memory,
             memory_catalog=MemoryCatalog(self.db),
-            memory_search=MemorySearch(self.db, self.embedder, memory.expiry),
+            memory_search=MemorySearch(self.db, sealer, self.embedder, memory.expiry),
             webhooks=DetectorWebhooks(self.db, forget),
             conversations=CompatService(self.db, self.engine, sessions, forget),
             chat=ChatService(self.db, self.engine, sessions, forget),
@@ -101,4 +118,5 @@ class Container:
         return ForgetWorker(
             self.db, self.metrics, self.services.forget_executor, lease_s=settings.forget_lease_s,
             poll_s=settings.forget_poll_s, ready=lambda: self.engine.ready, wake=self.forget_wake,
+            shredder=self.shredder,
         )

@@ -129,6 +129,11 @@ class Settings(BaseSettings):
         "store under <data_dir>/keys, for the processes of one machine) or openbao / vault (a KV version 2 engine on "
         "a server that every host shares).",
     )
+    key_dir: Path | None = Field(
+        default=None,
+        description="The local key store (key_provider local); unset: <data_dir>/keys. Every process of a machine "
+        "serving one database must use the same one; put it on a volume whose encryption key you can destroy.",
+    )
     erasure_horizon_s: int = Field(
         default=300, ge=1, le=7 * 86400,
         description="The most time from a forget's success to the destruction, in the key provider, of every key "

@@ -32,10 +32,15 @@ from app.engine.sampling import transition_seed
 from app.engine.session_caches import LocalSessionCaches
 from app.engine.slot import EngineSlot
 from app.ids import new_id
+from app.keys.content import Sealer
+from app.keys.keyring import Keyring
+from app.keys.leaves import Leaves
+from app.keys.local import LocalProvider
 from app.policies import build_policies
 from app.runtime.blocks import Observation
 from app.sessions.service import SessionService
 from app.sessions.views import SessionConfig
+from app.tenants.service import TenantService
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 SCRIPT = [
@@ -130,8 +135,10 @@ async def main(sessions: int, turns: int, max_tokens: int, url: str | None, cach
     engine = HFEngine(None, cache_dir)
     await engine.start()
     timed = TimedEngine(engine)
+    keys = Path(tempfile.mkdtemp(prefix="lethe-runtimebench-keys-"))
+    sealer = Sealer(Keyring(LocalProvider(keys)), Leaves(TenantService(db).reserve_leaves))
     service = SessionService(  # type: ignore[arg-type]
-        db, EngineSlot(timed), LocalSessionCaches(), MiniLMEmbedder(), build_policies()
+        db, EngineSlot(timed), LocalSessionCaches(), MiniLMEmbedder(), build_policies(), sealer
     )
     config = {"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens, "seed": 0, "stop": []}
     runtime_s, bare_s, engine_s, own_s = [], [], [], []

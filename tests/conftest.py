@@ -48,7 +48,12 @@ signal.signal(signal.SIGTERM, _interrupt)
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("lethe-data")
+    path = tmp_path_factory.mktemp("lethe-data")
+    # Every process the run starts over its databases is one deployment on one machine: one local key store, as
+    # `lethe serve` processes beside each other must share (a second process with its own would read the first's
+    # ciphertexts as tampered). Servers started as processes inherit it.
+    os.environ["LETHE_KEY_DIR"] = str(path / "keys")
+    return path
 
 
 @pytest.fixture(scope="session")

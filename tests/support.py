@@ -237,6 +237,17 @@ def rewired(container: Any, **settings: Any) -> Any:
     )
 
 
+def sealer_of(server: Any, db: Any) -> Any:
+    """A `Sealer` over the live server's key store, with its own caches and leaves reserved through `db` (a
+    `Database`): what another process of the same deployment has."""
+    from app.keys.content import Sealer
+    from app.keys.factory import build_keyring
+    from app.keys.leaves import Leaves
+    from app.tenants.service import TenantService
+
+    return Sealer(build_keyring(server.app.state.container.settings), Leaves(TenantService(db).reserve_leaves))
+
+
 OverrideService = Callable[..., None]
 """The `override_service` fixture (tests/conftest.py): `override_service(dependency, service, **settings)`."""
 

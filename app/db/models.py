@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -213,7 +214,11 @@ class MemoryRecord(Base):
     __tablename__ = "memory_records"
     __table_args__ = (
         CheckConstraint("version > 0", name="version_positive"),
-        CheckConstraint("NOT forgotten OR value IS NULL", name="tombstone_has_no_value"),
+        CheckConstraint(
+            "NOT forgotten OR (value IS NULL AND value_sealed IS NULL AND leaf IS NULL)", name="tombstone_has_no_value"
+        ),
+        CheckConstraint("value IS NULL OR value_sealed IS NULL", name="one_value"),
+        CheckConstraint("(value_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
         CheckConstraint("(ttl_s IS NULL) = (expires_at IS NULL)", name="expiry_with_ttl"),
         Index(
             "ix_memory_records_expires_at", "expires_at",
@@ -225,7 +230,11 @@ class MemoryRecord(Base):
     namespace: Mapped[str] = mapped_column(String(200), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    # Plaintext of rows written before migration 0016 (the online migration seals them); new rows: `value_sealed`,
+    # the value's JSON sealed under `leaf`, its incarnation's (app/memory/repositories/sealing.py).
     value: Mapped[Any | None] = mapped_column(JSONB)
+    value_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    leaf: Mapped[int | None] = mapped_column(BigInteger)
     forgotten: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     source: Mapped[str] = mapped_column(String(100), nullable=False)
     # Where a value written back by a session came from: {"session_id", "artifact_id"} (None: written by a client).
@@ -243,6 +252,8 @@ class MemoryVersion(Base):
     __tablename__ = "memory_versions"
     __table_args__ = (
         CheckConstraint("op IN ('write', 'forget')", name="op"),
+        CheckConstraint("value IS NULL OR value_sealed IS NULL", name="one_value"),
+        CheckConstraint("value_sealed IS NULL OR leaf IS NOT NULL", name="sealed_with_leaf"),
         ForeignKeyConstraint(
             ["tenant_id", "namespace", "key"],
             ["memory_records.tenant_id", "memory_records.namespace", "memory_records.key"],
@@ -255,7 +266,9 @@ class MemoryVersion(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     op: Mapped[str] = mapped_column(String(10), nullable=False)
-    value: Mapped[Any | None] = mapped_column(JSONB)
+    value: Mapped[Any | None] = mapped_column(JSONB)  # as in MemoryRecord
+    value_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    leaf: Mapped[int | None] = mapped_column(BigInteger)  # kept after a forget erased the value: a number, no content
     source: Mapped[str] = mapped_column(String(100), nullable=False)
     at: Mapped[datetime] = _created_at()
 
@@ -268,6 +281,10 @@ class ForgetJob(Base):
         ),
         CheckConstraint("priority IN (1, 2)", name="priority"),
         Index("ix_forget_jobs_status_created_at", "status", "created_at"),
+        Index(
+            "ix_forget_jobs_pending_shred", "created_at",
+            postgresql_where=text("shred_leaves IS NOT NULL AND shredded_at IS NULL"),
+        ),
         UniqueConstraint("tenant_id", "idempotency_key"),
     )
 
@@ -289,6 +306,10 @@ class ForgetJob(Base):
     # How urgent its engine work is (app/engine/priority.py): 1 a forget, 2 a detector webhook's (a suspected
     # injection). Its replay runs above live turns, and workers claim the most urgent job first.
     priority: Mapped[int] = mapped_column(SmallInteger, nullable=False, default=1, server_default=text("1"))
+    # Erasure at rest (migration 0016): the leaves the job's forget erased (None: it erased no sealed content), and
+    # when they were punctured in the key provider (None: pending, the forget worker retries).
+    shred_leaves: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))
+    shredded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

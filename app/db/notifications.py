@@ -5,6 +5,10 @@ it. Here, a waiter (`POST /v1/forget` with `wait`) is woken the moment its job c
 worker the moment any job is queued, in every process on the database: no polling loop does either. The connection
 is kept open (opened again after the database restarts); while it is down, waiters and workers fall back to their
 slow polls, so a lost notification delays, never loses, work.
+
+The same channel carries shreds (`announce_shred`: `shred <tenant> <leaf>,<leaf>,...`): a process that punctured
+leaves in the key provider tells the others to drop them from their key caches at once. One they miss is dropped
+within the caches' time to live (half the erasure horizon, app/keys/factory.py).
 """
 
 from __future__ import annotations
@@ -13,22 +17,41 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import asyncpg
 
-from app.db.database import APPLICATION_NAME
+from app.db.database import APPLICATION_NAME, Database
+from app.db.statements import Statement
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "lethe_forget_jobs"
 _RECONNECT_S = 1.0
+_SHRED = "shred"
+_LEAVES_PER_NOTICE = 400  # a payload stays far below PostgreSQL's 8,000 bytes
+_NOTIFY = Statement("SELECT pg_notify(:channel, :payload)")
+
+Shredded = Callable[[str, list[int]], None]  # (tenant, leaves) another process (or this one) shredded
+
+
+async def announce_shred(db: Database, tenant_id: str, leaves: list[int]) -> None:
+    """Tell every process listening on the database that `leaves` of `tenant_id` are punctured."""
+    async with db.pg() as sql:
+        for i in range(0, len(leaves), _LEAVES_PER_NOTICE):
+            chunk = ",".join(map(str, leaves[i : i + _LEAVES_PER_NOTICE]))
+            await sql.one(_NOTIFY, {"channel": CHANNEL, "payload": f"{_SHRED} {tenant_id} {chunk}"})
+
+
+def _nothing(_tenant_id: str, _leaves: list[int]) -> None:
+    return None
 
 
 class JobEvents:
-    def __init__(self, url: str, queued: asyncio.Event) -> None:
+    def __init__(self, url: str, queued: asyncio.Event, *, shredded: Shredded = _nothing) -> None:
         self.url = url
         self.queued = queued  # set when a job is queued anywhere: this process's forget worker waits on it
+        self.shredded = shredded  # called with every shred announced (the process's keyring drops the leaves)
         self.listening = asyncio.Event()  # set while the connection listens (tests wait for it)
         self._watchers: dict[str, set[asyncio.Event]] = {}
 
@@ -73,6 +96,10 @@ class JobEvents:
 
     def _notified(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
         job_id, _, status = payload.partition(" ")
+        if job_id == _SHRED:
+            tenant_id, _, leaves = status.partition(" ")
+            self.shredded(tenant_id, [int(leaf) for leaf in leaves.split(",") if leaf])
+            return
         for event in self._watchers.get(job_id, ()):
             event.set()
         if status == "queued":

@@ -6,8 +6,10 @@ import logging
 from collections.abc import Callable
 
 from app.db.statements import Sql
+from app.forget.jobs import DEFAULT_HORIZON_S
 from app.forget.receipts import JobReceipt, MemoryEntry
 from app.forget.repositories import jobs as jobs_repo
+from app.forget.shredding import Shredder
 from app.ids import new_id
 from app.sessions.repositories import artifacts as artifacts_repo
 
@@ -22,27 +24,38 @@ class JobCascade:
     holding the tombstone, exactly what a worker would write), so a memory forget costs no worker a claim. Asked after
     the tombstone, in a statement of its own, this cannot miss a session: one injecting the record holds it share-locked
     until it commits, so the tombstone waited for it and this statement's snapshot sees its artifacts; one created
-    later reads the tombstone and injects nothing."""
+    later reads the tombstone and injects nothing.
+
+    The job records the leaves the forget erased; `shred` punctures them once the tombstone committed. Without a
+    `shredder` (a record tombstoned inside a forget job's own transaction) the forget worker's sweep does it."""
 
     def __init__(
         self, strategy: str = "selective_replay", reason: str | None = None, *,
-        on_finished: Callable[[str], None] = lambda strategy: None,
+        on_finished: Callable[[str], None] = lambda strategy: None, shredder: Shredder | None = None,
+        horizon_s: int = DEFAULT_HORIZON_S,
     ) -> None:
         self.strategy = strategy
         self.reason = reason
         self.on_finished = on_finished  # counts a job finished here (Metrics.job_finished)
+        self.shredder = shredder
+        self.horizon_s = horizon_s
+
+    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> None:
+        if self.shredder is not None:
+            await self.shredder.settle(tenant_id, forget_id, leaves)
 
     async def enqueue(
-        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, leaves: list[int]
     ) -> str | None:
         memory = MemoryEntry(namespace=namespace, key=key, tombstone_version=tombstone_version)
         job_id = new_id("fgt")
         reached = await artifacts_repo.sessions_with_memory(sql, tenant_id, namespace, key)
-        receipt = JobReceipt(memory=memory) if reached else JobReceipt(memory=memory, duration_ms=0)
+        horizon = self.horizon_s if leaves else None
+        receipt = JobReceipt(memory=memory, duration_ms=None if reached else 0, erasure_horizon_s=horizon)
         await jobs_repo.queue(
             sql, id=job_id, tenant_id=tenant_id, strategy=self.strategy,
             target={"memory": {"namespace": namespace, "key": key}}, reason=self.reason,
-            receipt=receipt.stored(), finished=not reached,
+            receipt=receipt.stored(), finished=not reached, shred_leaves=leaves or None,
         )
         if not reached:
             self.on_finished(self.strategy)

@@ -34,7 +34,7 @@ from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
 from app.forget.cost import Yardstick
-from app.forget.jobs import JobView, LeaseLost, Retry, view_of
+from app.forget.jobs import DEFAULT_HORIZON_S, JobView, LeaseLost, Retry, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
@@ -68,6 +68,7 @@ class ForgetExecutor:
         *,
         lock_timeout_s: float = 120.0,
         replay_verify: bool = True,
+        horizon_s: int = DEFAULT_HORIZON_S,
     ) -> None:
         self.db = db
         self.slot = engine
@@ -78,6 +79,7 @@ class ForgetExecutor:
         self.policies = policies
         self.lock_timeout_s = lock_timeout_s
         self.replay_verify = replay_verify  # LETHE_REPLAY_VERIFY: replays verify recorded replies (engine/verify.py)
+        self.horizon_s = horizon_s  # recorded on the cascade jobs of derived records (their shreds: the worker's)
 
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
         started = time.monotonic()
@@ -194,8 +196,10 @@ class ForgetExecutor:
         records = await memory_repo.derived_from(InSession(tx), job.tenant_id, [entry.artifact_id for entry in closure])
         out = []
         for namespace, key in records:
+            # No shredder: this transaction commits later, with the session; the forget worker's sweep shreds then.
             cascade = JobCascade(
-                "selective_replay", f"derived from what {job.id} forgot", on_finished=self._finished_at_once
+                "selective_replay", f"derived from what {job.id} forgot", on_finished=self._finished_at_once,
+                horizon_s=self.horizon_s,
             )
             outcome, _ = await forget_in(InSession(tx), cascade, job.tenant_id, namespace, key, source="cascade")
             out.append(DerivedMemory(

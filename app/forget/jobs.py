@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from app.db.models import ForgetJob
 from app.forget.receipts import (
@@ -26,6 +26,33 @@ class LeaseLost(Exception):
 
 class Retry(Exception):
     """The job cannot progress now (session busy, model loading): requeue it."""
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """Where a forget's erasure stands: `live` (no live row holds what it erased: the job succeeded) and `at_rest`
+    (every leaf it erased is punctured in the key provider, so no copy of the database can give it back)."""
+
+    live: Literal["pending", "complete"]
+    at_rest: Literal["pending", "complete"]
+    at_rest_complete_at: datetime | None
+    horizon_s: int
+
+
+DEFAULT_HORIZON_S: Final = 300  # Settings.erasure_horizon_s's default, for a receipt that did not record one
+
+
+def erasure_of(job: ForgetJob, receipt: JobReceipt) -> Erasure | None:
+    """None for a job that recorded no leaves: what it erased is not sealed yet (issue 42 seals memory values
+    first), so it can claim nothing at rest."""
+    if job.shred_leaves is None:
+        return None
+    return Erasure(
+        live="complete" if job.status == "succeeded" else "pending",
+        at_rest="complete" if job.shredded_at is not None else "pending",
+        at_rest_complete_at=job.shredded_at,
+        horizon_s=receipt.erasure_horizon_s or DEFAULT_HORIZON_S,
+    )
 
 
 @dataclass(frozen=True)
@@ -51,6 +78,7 @@ class JobView:
     pending: PendingInput | None = None
     derived_memory: list[DerivedMemory] = field(default_factory=list)
     duration_ms: int | None = None
+    erasure: Erasure | None = None
     error: str | None = None
     reason: str | None = None
     dry_run: bool = False
@@ -76,6 +104,7 @@ def view_of(job: ForgetJob) -> JobView:
         pending=receipt.pending,
         derived_memory=receipt.derived_memory,
         duration_ms=receipt.duration_ms,
+        erasure=erasure_of(job, receipt),
         error=job.error,
         reason=job.reason,
         created_at=job.created_at,

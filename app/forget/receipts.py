@@ -106,6 +106,8 @@ class JobReceipt(BaseModel):
     # `inputs`, the key jobs have always stored them under.
     provided: dict[str, str] = Field(default_factory=dict, alias="inputs")
     duration_ms: int | None = None
+    # Erasure at rest: the horizon in force when the forget recorded leaves to shred (forget_jobs.shred_leaves).
+    erasure_horizon_s: int | None = None
 
     @classmethod
     def load(cls, stored: dict[str, Any] | None) -> JobReceipt:

@@ -188,6 +188,15 @@ class MemoryReceipt(BaseModel):
     tombstone_version: int | None
 
 
+class ErasureReceipt(BaseModel):
+    live: Literal["pending", "complete"] = Field(description="`complete` once no live row holds what it erased")
+    at_rest: Literal["pending", "complete"] = Field(
+        description="`complete` once every key able to decrypt what it erased is destroyed in the key provider"
+    )
+    at_rest_complete_at: datetime | None
+    horizon_s: int = Field(description="LETHE_ERASURE_HORIZON_S: the bound within which `at_rest` completes")
+
+
 class PendingCall(BaseModel):
     session_id: str
     tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
@@ -216,6 +225,11 @@ class ForgetJobOut(BaseModel):
         "(`namespace`, `key`, `tombstone_version`, `forget_id` of their own cascade)",
     )
     duration_ms: int | None = None
+    erasure: ErasureReceipt | None = Field(
+        default=None,
+        description="Erasure at rest, for a forget that erased sealed content (today: memory values); absent "
+        "while what a forget erased is not sealed yet",
+    )
     error: str | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None

@@ -23,12 +23,13 @@ from app.errors import Conflict, InvalidRequest, NotFound, NotReady
 from app.forget import planner, proposals
 from app.forget.cascade import JobCascade
 from app.forget.cost import Yardstick
-from app.forget.jobs import DEFAULT_STRATEGY, JobView, Submission, view_of
+from app.forget.jobs import DEFAULT_HORIZON_S, DEFAULT_STRATEGY, JobView, Submission, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
 from app.forget.proposals import Proposal
 from app.forget.receipts import JobReceipt, MemoryEntry
 from app.forget.repositories import jobs as jobs_repo
+from app.forget.shredding import Shredder
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_target, sessions_reached
 from app.ids import new_id
@@ -41,9 +42,12 @@ WAIT_POLL_S = 1.0  # how often a waiter looks anyway (a lost notification costs 
 class ForgetService:
     def __init__(
         self, db: Database, engine: EngineSlot, embedder: Embedder, policies: ForgetLookup, *, wait_s: float = 60.0,
-        wake: asyncio.Event | None = None, events: JobEvents | None = None,
+        wake: asyncio.Event | None = None, events: JobEvents | None = None, shredder: Shredder,
+        horizon_s: int = DEFAULT_HORIZON_S,
     ) -> None:
         self.db = db
+        self.shredder = shredder  # a memory target's forget shreds its leaves as a memory DELETE does
+        self.horizon_s = horizon_s
         self.slot = engine
         self.embedder = embedder
         self.policies = policies
@@ -195,7 +199,8 @@ class ForgetService:
         receipt = JobReceipt()
         if target.namespace is not None and strategy.forgets_memory:
             assert target.key is not None
-            memory = MemoryService(self.db, cascade=JobCascade(strategy.name, reason))
+            cascade = JobCascade(strategy.name, reason, shredder=self.shredder, horizon_s=self.horizon_s)
+            memory = MemoryService(self.db, self.shredder.sealer, cascade=cascade)
             outcome = await memory.forget(tenant_id, target.namespace, target.key)
             if outcome.forget_id is not None:
                 return outcome.forget_id

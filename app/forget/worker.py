@@ -21,6 +21,7 @@ from app.db.models import ForgetJob
 from app.forget.executor import ForgetExecutor
 from app.forget.jobs import LeaseLost, Retry
 from app.forget.repositories import jobs as jobs_repo
+from app.forget.shredding import Shredder
 from app.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,10 @@ class ForgetWorker:
         poll_s: float = 1.0,
         ready: Callable[[], bool] = lambda: True,
         wake: asyncio.Event | None = None,
+        shredder: Shredder | None = None,
     ) -> None:
         self.db = db
+        self.shredder = shredder  # retries pending shreds on every poll (app/forget/shredding.py)
         self.metrics = metrics
         self.executor = executor
         self.lease_s = lease_s
@@ -67,6 +70,8 @@ class ForgetWorker:
         """Claim and run one job; False when there was none to run."""
         async with self.db.transaction() as tx:
             self.metrics.forget_queue_depth.set(await jobs_repo.queue_depth(tx))
+        if self.shredder is not None:  # shreds need no model: before the readiness check
+            await self.shredder.sweep()
         if not self.ready():
             return False
         async with self.db.transaction() as tx:

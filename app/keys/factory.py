@@ -21,7 +21,7 @@ class ProviderBuilder:
 def _local(settings: Settings) -> KeyProvider:
     from app.keys.local import LocalProvider
 
-    return LocalProvider(settings.data_dir / "keys")
+    return LocalProvider(settings.key_dir or settings.data_dir / "keys")
 
 
 def _openbao(settings: Settings) -> KeyProvider:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
-from app.memory.repositories import records as repo
-from app.memory.repositories.records import KeyRow, NamespaceRow
+from app.memory.repositories import catalog as repo
+from app.memory.repositories.catalog import KeyRow, NamespaceRow
 from app.memory.validation import check_namespace, decode_cursor, encode_cursor
 
 

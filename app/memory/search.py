@@ -26,6 +26,7 @@ import numpy as np
 from app.db.database import Database
 from app.embeddings import Embedder
 from app.errors import InvalidRequest
+from app.keys.content import Sealer
 from app.memory.cascade import Expiry
 from app.memory.repositories import search as repo
 from app.memory.repositories.search import Found
@@ -185,8 +186,11 @@ def _unit(vectors: list[list[float]]) -> Any:
 
 
 class MemorySearch:
-    def __init__(self, db: Database, embedder: Embedder, expiry: Expiry, *, cache_size: int = CACHE_SIZE) -> None:
+    def __init__(
+        self, db: Database, sealer: Sealer, embedder: Embedder, expiry: Expiry, *, cache_size: int = CACHE_SIZE
+    ) -> None:
         self.db = db
+        self.sealer = sealer
         self.embedder = embedder
         self.expiry = expiry
         self.cache = VectorCache(cache_size)
@@ -198,7 +202,7 @@ class MemorySearch:
         check_filter(q.filter)
         check_fields(q.fields)
         async with self.db.pg() as sql:
-            found = await repo.under_prefix(sql, tenant_id, q.prefix)
+            found = await repo.under_prefix(sql, self.sealer, tenant_id, q.prefix)
         expired = [(f.namespace, f.key) for f in found if f.expired]
         if expired:  # an expired record is never served, and it is forgotten now rather than merely hidden
             await self.expiry.expire_all(tenant_id, expired)

@@ -9,13 +9,16 @@ Forgetting a never-written key writes tombstone version 1 rather than doing noth
 be gone, and a stale "create if absent" (base 0) issued before the forget must not land after it.
 
 All SQL lives in `app.memory.repositories`; this module decides what a result means and raises typed errors.
+Values are sealed at rest there too (app/memory/repositories/sealing.py): this module hands the process's `Sealer`
+to the repositories and sees only JSON values. A value whose leaf a forget shredded (a backup restored from before
+the forget) reads as forgotten; a forget shreds the leaves it erased once its tombstone committed, before it answers.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -25,6 +28,7 @@ from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
 from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from app.keys.content import Sealer
 from app.memory.cascade import Expiry, ForgetCascade, NoCascade
 from app.memory.repositories import records as repo
 from app.memory.repositories import search as search_repo
@@ -83,6 +87,7 @@ class ForgetOutcome:
     version: int
     forget_id: str | None
     already_forgotten: bool
+    leaves: list[int] = field(default_factory=list)  # to shred once the tombstone committed
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,10 @@ def _lands(state: State | None, base: int) -> bool:
 
 
 class MemoryService:
-    def __init__(self, db: Database, *, cascade: ForgetCascade | None = None) -> None:
+    def __init__(self, db: Database, sealer: Sealer, *, cascade: ForgetCascade | None = None) -> None:
         self.db = db
-        self.cascade: ForgetCascade = cascade or NoCascade()
+        self.sealer = sealer
+        self.cascade: ForgetCascade = cascade or NoCascade(sealer)
         self.expiry = Expiry(db, self.cascade)
 
     async def read(
@@ -114,17 +120,19 @@ class MemoryService:
         An expired record is forgotten here and answers as forgotten; `refresh_ttl` restarts a live one's time."""
         check_namespace(namespace)
         check_key(key)
-        head = await self.db.read_pg(where, lambda sql: repo.get_head(sql, tenant_id, namespace, key))
+        head = await self.db.read_pg(where, lambda sql: repo.get_head(sql, self.sealer, tenant_id, namespace, key))
         if head is not None and head.expired and not head.forgotten:
             await self.expiry.expire(tenant_id, namespace, key)
-            head = await self.db.read_pg(PRIMARY, lambda sql: repo.get_head(sql, tenant_id, namespace, key))
-        if head is not None and refresh_ttl and head.expires_at is not None and not head.forgotten:
+            head = await self.db.read_pg(
+                PRIMARY, lambda sql: repo.get_head(sql, self.sealer, tenant_id, namespace, key)
+            )
+        if head is not None and refresh_ttl and head.expires_at is not None and not (head.forgotten or head.erased):
             async with self.db.pg() as sql:
                 refreshed = await search_repo.refresh(sql, tenant_id, [(namespace, key)])
             head = replace(head, expires_at=refreshed.get((namespace, key), head.expires_at))
         if head is None:
             raise NotFound("this key was never written", version=0, forgotten=False, headers={"ETag": etag(0)})
-        if head.forgotten:
+        if head.forgotten or head.erased:  # erased: a live row whose leaf a forget shredded (a restored backup)
             version = head.version
             raise Forgotten("this key was forgotten", version=version, forgotten=True, headers={"ETag": etag(version)})
         return head
@@ -160,6 +168,8 @@ class MemoryService:
         check_source(source)
         async with self.db.pg_transaction(forget=True) as sql:  # the tombstone and its cascade job commit together
             outcome, erased = await forget_in(sql, self.cascade, tenant_id, namespace, key, source=source)
+        # After the commit, never before: a shred whose tombstone rolled back would erase a live value.
+        await self.cascade.shred(tenant_id, outcome.forget_id, outcome.leaves)
         log.info(
             "memory key forgotten",
             extra={
@@ -201,20 +211,21 @@ class MemoryService:
     ) -> tuple[list[str], str | None]:
         check_namespace(namespace)
         after = None if cursor is None else decode_cursor(cursor)
-        keys = await self.db.read_pg(
-            where, lambda sql: repo.live_keys(sql, tenant_id, namespace, after=after, limit=limit + 1)
+        rows = await self.db.read_pg(
+            where, lambda sql: repo.live_keys(sql, self.sealer, tenant_id, namespace, after=after, limit=limit + 1)
         )
-        if len(keys) > limit:  # one extra row tells whether another page exists without a COUNT
-            keys = keys[:limit]
-            return keys, encode_cursor(keys[-1])
-        return keys, None
+        more = len(rows) > limit  # one extra row tells whether another page exists without a COUNT
+        rows = rows[:limit]
+        # A key whose leaf was shredded reads as forgotten, so it is not listed; the cursor still moves past it.
+        keys = [row.key for row in rows if not row.erased]
+        return keys, encode_cursor(rows[-1].key) if more else None
 
     async def history(
         self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY
     ) -> list[HistoryItem]:
         check_namespace(namespace)
         check_key(key)
-        rows = await self.db.read_pg(where, lambda sql: repo.history(sql, tenant_id, namespace, key))
+        rows = await self.db.read_pg(where, lambda sql: repo.history(sql, self.sealer, tenant_id, namespace, key))
         if not rows:
             raise NotFound("this key was never written", version=0, forgotten=False)
         last_tombstone = max((r.version for r in rows if r.op == "forget"), default=0)
@@ -226,7 +237,8 @@ class MemoryService:
     def _history_item(row: VersionRow, last_tombstone: int) -> HistoryItem:
         # The forget already nulled these values in the database; masking again keeps the rule in one visible place.
         op: Literal["write", "forget"] = "forget" if row.op == "forget" else "write"
-        visible = op == "write" and row.version > last_tombstone
+        # row.erased: its leaf was shredded, though no tombstone says so here (a backup restored from before it).
+        visible = op == "write" and row.version > last_tombstone and not row.erased
         return HistoryItem(
             version=row.version,
             op=op,
@@ -246,12 +258,11 @@ class MemoryService:
         if write.ttl_s is not None and not 0 <= write.ttl_s <= MAX_TTL_S:
             raise InvalidRequest(f"ttl_s must be between 0 and {MAX_TTL_S:.0f} seconds")
 
-    @staticmethod
-    async def _attempt(sql: Sql, tenant_id: str, namespace: str, w: WriteRequest) -> Written | None:
+    async def _attempt(self, sql: Sql, tenant_id: str, namespace: str, w: WriteRequest) -> Written | None:
         args = {"value": w.value, "source": w.source, "ttl_s": w.ttl_s}
         if w.base_version == 0:
-            return await repo.create_if_absent(sql, tenant_id, namespace, w.key, **args)
-        return await repo.write_if_version(sql, tenant_id, namespace, w.key, base=w.base_version, **args)
+            return await repo.create_if_absent(sql, self.sealer, tenant_id, namespace, w.key, **args)
+        return await repo.write_if_version(sql, self.sealer, tenant_id, namespace, w.key, base=w.base_version, **args)
 
     async def _state(self, sql: Sql, tenant_id: str, namespace: str, key: str) -> State:
         """Where a key stands after a rejected write; run as a statement of its own, so its fresh snapshot sees the
@@ -334,16 +345,20 @@ async def forget_in(
 ) -> tuple[ForgetOutcome, int]:
     """Tombstone a key in the caller's transaction (and queue its cascade there); (outcome, history rows erased).
     A forget job that finds a record derived from what it forgets tombstones it this way, atomically with the
-    session it rebuilt."""
+    session it rebuilt. Once the transaction committed, the caller shreds `outcome.leaves` (`cascade.shred`)."""
     for _ in range(_TOMBSTONE_RETRIES):
         tomb = await repo.tombstone(sql, tenant_id, namespace, key, source=source)
         if tomb is not None:
             erased = await repo.erase_history(sql, tenant_id, namespace, key, tombstone=tomb, source=source)
-            # The cascade seam: the forget job for every session this record was injected into.
+            # The cascade seam: the forget job for every session this record was injected into, and its shred.
             forget_id = await cascade.enqueue(
-                sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version
+                sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version,
+                leaves=erased.leaves,
             )
-            return ForgetOutcome(version=tomb.version, forget_id=forget_id, already_forgotten=False), erased
+            outcome = ForgetOutcome(
+                version=tomb.version, forget_id=forget_id, already_forgotten=False, leaves=erased.leaves
+            )
+            return outcome, erased.rows
         state = await repo.locked_state(sql, tenant_id, namespace, key)
         if state is not None and state.forgotten:
             # Idempotent: the same tombstone answers again. Its job (if any) was enqueued the first time.
@@ -353,15 +368,18 @@ async def forget_in(
     raise Conflict("the key kept changing while it was being forgotten; retry")
 
 
-async def injectable_in(session: AsyncSession, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
+async def injectable_in(
+    session: AsyncSession, sealer: Sealer, tenant_id: str, namespace: str, *, limit: int
+) -> list[Injectable]:
     """The live records a new session injects, read in its creating transaction under a share lock: a concurrent
     forget of one either waits for the session (and its cascade then replays it) or lands first (and the record is
-    not injected)."""
-    return await repo.injectable(InSession(session), tenant_id, namespace, limit=limit)
+    not injected). A record whose leaf was shredded is not injected."""
+    return await repo.injectable(InSession(session), sealer, tenant_id, namespace, limit=limit)
 
 
 async def write_summary_in(
-    session: AsyncSession, tenant_id: str, namespace: str, key: str, value: Any, provenance: dict[str, str]
+    session: AsyncSession, sealer: Sealer, tenant_id: str, namespace: str, key: str, value: Any,
+    provenance: dict[str, str],
 ) -> Written:
     """A session's summary written into memory (source `summarizer`) with where it came from, in the caller's
     transaction. Based on the head read under a share lock, so it supersedes whatever is there, a tombstone included:
@@ -371,11 +389,11 @@ async def write_summary_in(
     state = await repo.locked_state(sql, tenant_id, namespace, key)
     if state is None:
         written = await repo.create_if_absent(
-            sql, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
+            sql, sealer, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
         )
     else:
         written = await repo.write_if_version(
-            sql, tenant_id, namespace, key, base=state.version, value=value, source="summarizer",
+            sql, sealer, tenant_id, namespace, key, base=state.version, value=value, source="summarizer",
             provenance=provenance,
         )
     assert written is not None  # the share lock keeps the head where it was read

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import AgentSession
 from app.engine.protocol import TokenSink
 from app.errors import Conflict, InvalidRequest
+from app.keys.content import Sealer
 from app.memory.service import write_summary_in
 from app.runtime.blocks import Observation, render
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
@@ -46,9 +47,10 @@ OnCommit = Callable[[AsyncSession, TurnResult], Awaitable[None]]
 
 
 class Transitions:
-    def __init__(self, locks: SessionLocks, policies: PolicyLookup) -> None:
+    def __init__(self, locks: SessionLocks, policies: PolicyLookup, sealer: Sealer) -> None:
         self.locks = locks
         self.policies = policies
+        self.sealer = sealer  # a summary written back to memory is sealed there
 
     async def turn(
         self,
@@ -119,7 +121,7 @@ class Transitions:
             if write_back:
                 assert locked.memory_namespace is not None
                 await write_summary_in(
-                    tx, locked.tenant_id, locked.memory_namespace, f"summary.{locked.id}", summary,
+                    tx, self.sealer, locked.tenant_id, locked.memory_namespace, f"summary.{locked.id}", summary,
                     {"session_id": locked.id, "artifact_id": summary_id},
                 )
         return summary_id

@@ -22,6 +22,7 @@ from app.engine.session_caches import SessionCaches
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound, NotReady
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.memory.service import injectable_in
 from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.routing import session_route
@@ -48,6 +49,7 @@ class SessionService:
         handles: SessionCaches,
         embedder: Embedder,
         policies: PolicyLookup,
+        sealer: Sealer,
         *,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         lease_s: float = DEFAULT_LEASE_S,
@@ -58,8 +60,9 @@ class SessionService:
         self.handles = handles
         self.embedder = embedder  # the process's shared one: a new one would load the model again
         self.policies = policies
+        self.sealer = sealer  # memory records injected into a new session are opened with it
         self.locks = SessionLocks(db, handles, lock_timeout_s, lease_s=lease_s, on_wait=on_wait)
-        self.transitions = Transitions(self.locks, policies)
+        self.transitions = Transitions(self.locks, policies, sealer)
 
     async def chat(self) -> ChatTemplate:
         """The engine's chat template (503 while the model loads)."""
@@ -93,7 +96,9 @@ class SessionService:
                     # for this session (and its cascade then replays it) or lands first (and the record is not
                     # injected). The blocks were rendered from the first read, outside any transaction; if a record
                     # changed in between, render again.
-                    locked = await injectable_in(tx, tenant_id, config.memory_namespace, limit=MAX_INJECTED)
+                    locked = await injectable_in(
+                        tx, self.sealer, tenant_id, config.memory_namespace, limit=MAX_INJECTED
+                    )
                     rendered = [(b.meta["key"], int(b.meta["version"])) for b in memory]
                     if [(r.key, r.version) for r in locked] != rendered:
                         continue
@@ -116,7 +121,7 @@ class SessionService:
         if namespace is None:
             return []
         async with self.db.transaction() as tx:
-            records = await injectable_in(tx, tenant_id, namespace, limit=MAX_INJECTED)
+            records = await injectable_in(tx, self.sealer, tenant_id, namespace, limit=MAX_INJECTED)
         return [render(engine.chat, memory_observation(namespace, r.key, r.version, r.value)) for r in records]
 
     async def get(self, tenant_id: str, session_id: str, *, where: ReadFrom = PRIMARY) -> SessionView:

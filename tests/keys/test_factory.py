@@ -17,9 +17,12 @@ def _settings(**values: object) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
 
 
-def test_the_default_is_local_under_the_data_dir(tmp_path: Path) -> None:
+def test_the_default_is_local_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LETHE_KEY_DIR", raising=False)  # the suite's shared key store (tests/conftest.py)
     provider = build_provider(_settings(data_dir=tmp_path))
     assert isinstance(provider, LocalProvider) and provider.directory == tmp_path / "keys"
+    elsewhere = build_provider(_settings(data_dir=tmp_path, key_dir=tmp_path / "vault"))
+    assert isinstance(elsewhere, LocalProvider) and elsewhere.directory == tmp_path / "vault"
     keyring = build_keyring(_settings(data_dir=tmp_path, erasure_horizon_s=60))
     assert keyring.ciphers._ttl_s == 30  # half the horizon
 

@@ -1,4 +1,6 @@
-"""A forgotten value is gone everywhere: history, the head row, no hash of it, and never in a log line."""
+"""A forgotten value is gone everywhere: history, the head row, no hash of it, and never in a log line. Values are
+sealed at rest, so no row holds one in the clear even before the forget (tests/memory/test_memory_at_rest.py goes
+down to the files and the keys)."""
 
 from __future__ import annotations
 
@@ -28,11 +30,21 @@ def _rows_holding(database_url: str, needle: str) -> list[str]:
     return [f"{r['t']}: {r['j']}" for r in rows if needle in r["j"]]
 
 
+def _sealed(database_url: str, ns: str) -> list[tuple[int, bool]]:
+    """(version, holds a ciphertext) of every history row of the namespace."""
+    rows = sql(
+        database_url, "SELECT version, value_sealed IS NOT NULL AS s FROM memory_versions WHERE namespace = $1 "
+        "ORDER BY version", ns,
+    )
+    return [(r["version"], r["s"]) for r in rows]
+
+
 def test_forget_erases_every_earlier_value_from_the_database(client: httpx.Client, ns: str, database_url: str) -> None:
     first, second = f"peanut-{uuid.uuid4().hex}", f"sesame-{uuid.uuid4().hex}"
     create(client, ns, "allergy", first)
     write(client, ns, "allergy", {"nested": [second]}, base=1, source="summarizer")
-    assert _rows_holding(database_url, first) and _rows_holding(database_url, second)
+    assert _rows_holding(database_url, first) == [] and _rows_holding(database_url, second) == []  # sealed
+    assert _sealed(database_url, ns) == [(1, True), (2, True)]
 
     assert client.delete(f"/v1/memory/{ns}/allergy").json()["version"] == 3
 
@@ -48,12 +60,16 @@ def test_forget_erases_every_earlier_value_from_the_database(client: httpx.Clien
     # a value written after the forget is kept until the next forget, which erases it too
     third = f"none-{uuid.uuid4().hex}"
     write(client, ns, "allergy", third, base=3, source="user_correction")
-    assert len(_rows_holding(database_url, third)) == 2  # the head and its history row
+    assert client.get(f"/v1/memory/{ns}/allergy").json()["value"] == third
+    assert _sealed(database_url, ns) == [(1, False), (2, False), (3, False), (4, True)]
+    [head] = sql(database_url, "SELECT value, value_sealed FROM memory_records WHERE namespace = $1", ns)
+    assert head["value"] is None and head["value_sealed"] is not None
     client.delete(f"/v1/memory/{ns}/allergy")
     assert _rows_holding(database_url, third) == []
     rows = sql(
         database_url,
-        "SELECT version, op, value IS NULL AS erased FROM memory_versions WHERE namespace = $1 ORDER BY version",
+        "SELECT version, op, value IS NULL AND value_sealed IS NULL AS erased FROM memory_versions"
+        " WHERE namespace = $1 ORDER BY version",
         ns,
     )
     assert [(r["version"], r["op"], r["erased"]) for r in rows] == [

@@ -13,7 +13,7 @@ import pytest
 from app.db.database import Database
 from app.memory.cascade import Expiry, NoCascade
 from tests.memory.memory_helpers import create, write
-from tests.support import problem
+from tests.support import problem, sealer_of
 
 
 def search(client: httpx.Client, **body: Any) -> list[dict[str, Any]]:
@@ -180,14 +180,16 @@ def test_refresh_restarts_the_time_to_live(client: httpx.Client, ns: str) -> Non
     assert client.get(f"/v1/memory/{ns}/k").json()["expires_at"] is None
 
 
-def test_the_sweep_forgets_a_record_nobody_reads(client: httpx.Client, database_url: str, ns: str) -> None:
+def test_the_sweep_forgets_a_record_nobody_reads(
+    client: httpx.Client, database_url: str, ns: str, live_server: Any
+) -> None:
     put(client, ns, "brief", {"text": "expires at once"}, ttl_s=0)
     put(client, ns, "long", {"text": "lives an hour"}, ttl_s=3600)
 
     async def sweep() -> int:
         db = Database(database_url, pool_size=1)
         try:
-            return await Expiry(db, NoCascade()).sweep()
+            return await Expiry(db, NoCascade(sealer_of(live_server, db))).sweep()
         finally:
             await db.close()
 

@@ -7,6 +7,7 @@ only delays the job. Every lookup a client's id reaches is tenant scoped.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,17 +26,17 @@ ACTIVE = ("queued", "running")
 # queued for a worker, or already finished when it has nothing to replay.
 _QUEUE = Statement(
     """
-    INSERT INTO forget_jobs (id, tenant_id, status, strategy, target, reason, receipt, attempts)
-    VALUES (:id, :tenant_id, 'queued', :strategy, :target, :reason, :receipt, 0)
+    INSERT INTO forget_jobs (id, tenant_id, status, strategy, target, reason, receipt, attempts, shred_leaves)
+    VALUES (:id, :tenant_id, 'queued', :strategy, :target, :reason, :receipt, 0, :shred_leaves)
     """,
     json=["target", "receipt"],
 )
 _FINISHED = Statement(
     """
     INSERT INTO forget_jobs
-           (id, tenant_id, status, strategy, target, reason, receipt, attempts, started_at, finished_at)
+           (id, tenant_id, status, strategy, target, reason, receipt, attempts, started_at, finished_at, shred_leaves)
     VALUES (:id, :tenant_id, 'succeeded', :strategy, :target, :reason, :receipt, 1,
-            clock_timestamp(), clock_timestamp())
+            clock_timestamp(), clock_timestamp(), :shred_leaves)
     """,
     json=["target", "receipt"],
 )
@@ -43,11 +44,43 @@ _FINISHED = Statement(
 
 async def queue(
     sql: Sql, *, id: str, tenant_id: str, strategy: str, target: dict[str, Any], reason: str | None,
-    receipt: dict[str, Any], finished: bool = False,
+    receipt: dict[str, Any], finished: bool = False, shred_leaves: list[int] | None = None,
 ) -> None:
+    """`shred_leaves`: the leaves the forget erased, to shred once it committed (None: it erased nothing sealed)."""
     params = {"id": id, "tenant_id": tenant_id, "strategy": strategy, "target": target, "reason": reason,
-              "receipt": receipt}
+              "receipt": receipt, "shred_leaves": shred_leaves}
     await sql.rowcount(_FINISHED if finished else _QUEUE, params)
+
+
+_MARK_SHREDDED = Statement(
+    "UPDATE forget_jobs SET shredded_at = clock_timestamp() WHERE id = :id AND shredded_at IS NULL"
+)
+_PENDING_SHREDS = Statement(
+    """
+    SELECT id, tenant_id, shred_leaves FROM forget_jobs
+     WHERE shred_leaves IS NOT NULL AND shredded_at IS NULL
+     ORDER BY created_at
+     LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True)
+class PendingShred:
+    id: str
+    tenant_id: str
+    leaves: list[int]
+
+
+async def mark_shredded(sql: Sql, job_id: str) -> None:
+    """The job's leaves are punctured in the key provider: its erasure at rest is complete (the first time counts)."""
+    await sql.rowcount(_MARK_SHREDDED, {"id": job_id})
+
+
+async def pending_shreds(sql: Sql, *, limit: int) -> list[PendingShred]:
+    """Jobs of any tenant whose leaves are not shredded yet, oldest first."""
+    rows = await sql.all(_PENDING_SHREDS, {"limit": limit})
+    return [PendingShred(r["id"], r["tenant_id"], list(r["shred_leaves"])) for r in rows]
 
 
 async def create(db: AsyncSession, **values: Any) -> ForgetJob:

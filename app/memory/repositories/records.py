@@ -13,7 +13,8 @@ Correctness rests on two rules, both valid at READ COMMITTED:
 
 Functions take `Sql` (app/db/statements.py): the HTTP hot path runs them on a plain asyncpg connection, one
 statement per autocommit, and callers with a unit of work open (a forget job, a new session injecting records) run
-them in their ORM transaction.
+them in their ORM transaction. Those that write or read values take the process's `Sealer` too: values are stored
+sealed (`sealing.py`) and come out of here as JSON values, or as erased when a forget shredded their leaf.
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ from datetime import datetime
 from typing import Any
 
 from app.db.statements import Row, Sql, Statement
+from app.keys.content import Sealer
+from app.memory.repositories.sealing import RECORDS, VERSIONS, Sealed, open_value, seal_version
 
 
 @dataclass(frozen=True)
 class Head:
     """The newest version of a key; `value` is None for a tombstone. `expired`: its time to live ran out (by the
-    database's clock) and nobody has tombstoned it yet."""
+    database's clock) and nobody has tombstoned it yet. `erased`: a live row whose leaf a forget shredded (a
+    backup restored from before the forget): it reads as forgotten."""
 
     version: int
     forgotten: bool
     value: Any
+    erased: bool
     source: str
     updated_at: datetime
     created_at: datetime
@@ -62,6 +67,7 @@ class VersionRow:
     source: str
     at: datetime
     value: Any
+    erased: bool  # a sealed value whose leaf was shredded
 
 
 _PK = "tenant_id = :tenant_id AND namespace = :namespace AND key = :key"
@@ -71,49 +77,55 @@ _PK = "tenant_id = :tenant_id AND namespace = :namespace AND key = :key"
 # A record whose time to live ran out is not live, whether or not it was tombstoned yet (the sweep or the first read
 # that meets it does that); expiry is judged by the database's clock, never a client's.
 EXPIRED = "(expires_at IS NOT NULL AND expires_at <= clock_timestamp())"
-_LIVE = f"NOT forgotten AND NOT {EXPIRED}"
+LIVE = f"NOT forgotten AND NOT {EXPIRED}"
 # A write restarts the key's time to live (`:ttl_s` NULL: it never expires).
 _EXPIRES = "clock_timestamp() + make_interval(secs => :ttl_s)"
 
-# The history row is built from RETURNING, so it carries exactly the version the head got.
+# The history row is built from RETURNING, so it carries exactly the version the head got (the one both
+# ciphertexts were sealed for: a compare-and-set knows it in advance).
 _HISTORY_FROM_HEAD = """
     hist AS (
-        INSERT INTO memory_versions (tenant_id, namespace, key, version, op, value, source, at)
-        SELECT tenant_id, namespace, key, version, 'write', value, source, updated_at FROM head
+        INSERT INTO memory_versions (tenant_id, namespace, key, version, op, value_sealed, leaf, source, at)
+        SELECT tenant_id, namespace, key, version, 'write', :history_sealed, leaf, source, updated_at FROM head
     )
     SELECT version, updated_at FROM head
 """
+
+# Which incarnation a write extends: read before sealing. If the compare-and-set then lands, the head was still at
+# this version, and a version names one state of the row: the leaf read is the incarnation's.
+_INCARNATION = Statement(f"SELECT version, forgotten, leaf FROM memory_records WHERE {_PK}")
 
 _CAS_UPDATE = Statement(
     f"""
     WITH head AS (
         UPDATE memory_records
-           SET version = version + 1, value = :value, forgotten = false, source = :source,
+           SET version = version + 1, value = NULL, value_sealed = :head_sealed, leaf = :leaf, forgotten = false,
+               source = :source,
                provenance = :provenance, updated_at = clock_timestamp(),
                created_at = CASE WHEN forgotten THEN clock_timestamp() ELSE created_at END,
                ttl_s = :ttl_s, expires_at = {_EXPIRES}
          WHERE {_PK} AND version = :base AND NOT {EXPIRED}
-        RETURNING tenant_id, namespace, key, version, value, source, updated_at
+        RETURNING tenant_id, namespace, key, version, leaf, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
     """,
-    json=["value", "provenance"],
+    json=["provenance"],
 )
 
 _CREATE = Statement(
     f"""
     WITH head AS (
         INSERT INTO memory_records
-               (tenant_id, namespace, key, version, value, forgotten, source, provenance, updated_at, created_at,
-                ttl_s, expires_at)
-        VALUES (:tenant_id, :namespace, :key, 1, :value, false, :source, :provenance, clock_timestamp(),
+               (tenant_id, namespace, key, version, value_sealed, leaf, forgotten, source, provenance, updated_at,
+                created_at, ttl_s, expires_at)
+        VALUES (:tenant_id, :namespace, :key, 1, :head_sealed, :leaf, false, :source, :provenance, clock_timestamp(),
                 clock_timestamp(), :ttl_s, {_EXPIRES})
         ON CONFLICT (tenant_id, namespace, key) DO NOTHING
-        RETURNING tenant_id, namespace, key, version, value, source, updated_at
+        RETURNING tenant_id, namespace, key, version, leaf, source, updated_at
     ),
     {_HISTORY_FROM_HEAD}
     """,
-    json=["value", "provenance"],
+    json=["provenance"],
 )
 
 # A never-written key gets tombstone version 1, so a stale "create if absent" cannot land after the forget.
@@ -123,7 +135,8 @@ _TOMBSTONE = Statement(
     INSERT INTO memory_records (tenant_id, namespace, key, version, value, forgotten, source, updated_at)
     VALUES (:tenant_id, :namespace, :key, 1, NULL, true, :source, clock_timestamp())
     ON CONFLICT (tenant_id, namespace, key) DO UPDATE
-       SET version = memory_records.version + 1, value = NULL, forgotten = true, source = EXCLUDED.source,
+       SET version = memory_records.version + 1, value = NULL, value_sealed = NULL, leaf = NULL, forgotten = true,
+           source = EXCLUDED.source,
            provenance = NULL, updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
      WHERE NOT memory_records.forgotten
     RETURNING version, updated_at
@@ -135,26 +148,33 @@ _TOMBSTONE = Statement(
 _EXPIRE = Statement(
     f"""
     UPDATE memory_records
-       SET version = version + 1, value = NULL, forgotten = true, source = :source, provenance = NULL,
+       SET version = version + 1, value = NULL, value_sealed = NULL, leaf = NULL, forgotten = true, source = :source,
+           provenance = NULL,
            updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
      WHERE {_PK} AND NOT forgotten AND {EXPIRED}
     RETURNING version, updated_at
     """
 )
 
+# The rows erased answer their leaves (kept on the row: a number, no content), the ones the forget must shred.
 _ERASE_HISTORY = Statement(
     f"""
     WITH tomb AS (
         INSERT INTO memory_versions (tenant_id, namespace, key, version, op, value, source, at)
         VALUES (:tenant_id, :namespace, :key, :version, 'forget', NULL, :source, :at)
+    ),
+    erased AS (
+        UPDATE memory_versions SET value = NULL, value_sealed = NULL
+         WHERE {_PK} AND version < :version AND (value IS NOT NULL OR value_sealed IS NOT NULL)
+        RETURNING leaf
     )
-    UPDATE memory_versions SET value = NULL
-     WHERE {_PK} AND version < :version AND value IS NOT NULL
+    SELECT leaf FROM erased
     """
 )
 
 _HEAD = Statement(
-    f"""SELECT version, forgotten, value, source, updated_at, created_at, expires_at, {EXPIRED} AS expired
+    f"""SELECT version, forgotten, value, value_sealed, source, updated_at, created_at, expires_at,
+               {EXPIRED} AS expired
           FROM memory_records WHERE {_PK}""",
     json=["value"],
 )
@@ -170,8 +190,8 @@ _STATES = Statement(
 
 # Two statements rather than `(:after IS NULL OR key > :after)`, which would keep the planner off the PK range scan.
 _LIVE_KEYS_SQL = f"""
-    SELECT key FROM memory_records
-     WHERE tenant_id = :tenant_id AND namespace = :namespace AND {_LIVE} {{after}}
+    SELECT key, leaf FROM memory_records
+     WHERE tenant_id = :tenant_id AND namespace = :namespace AND {LIVE} {{after}}
      ORDER BY key
      LIMIT :limit
 """
@@ -181,8 +201,8 @@ _LIVE_KEYS_AFTER = Statement(_LIVE_KEYS_SQL.format(after="AND key > :after"))
 # FOR SHARE: a session injecting these records and a forget tombstoning one of them serialize (see `injectable`).
 _INJECTABLE = Statement(
     f"""
-    SELECT key, version, value FROM memory_records
-     WHERE tenant_id = :tenant_id AND namespace = :namespace AND {_LIVE}
+    SELECT key, version, value, value_sealed FROM memory_records
+     WHERE tenant_id = :tenant_id AND namespace = :namespace AND {LIVE}
      ORDER BY key
      LIMIT :limit
        FOR SHARE
@@ -191,7 +211,8 @@ _INJECTABLE = Statement(
 )
 
 _HISTORY = Statement(
-    f"SELECT version, op, source, at, value FROM memory_versions WHERE {_PK} ORDER BY version", json=["value"]
+    f"SELECT version, op, source, at, value, value_sealed FROM memory_versions WHERE {_PK} ORDER BY version",
+    json=["value"],
 )
 
 
@@ -203,40 +224,53 @@ def _written(row: Row | None) -> Written | None:
     return None if row is None else Written(version=row["version"], updated_at=row["updated_at"])
 
 
-async def get_head(db: Sql, tenant_id: str, namespace: str, key: str) -> Head | None:
+def _write_params(
+    tenant_id: str, namespace: str, key: str, sealed: Sealed, source: str, provenance: dict[str, str] | None,
+    ttl_s: float | None,
+) -> dict[str, Any]:
+    return {
+        **_pk(tenant_id, namespace, key), "head_sealed": sealed.head, "history_sealed": sealed.history,
+        "leaf": sealed.leaf, "source": source, "provenance": provenance,
+        "ttl_s": None if ttl_s is None else float(ttl_s),
+    }
+
+
+async def get_head(db: Sql, sealer: Sealer, tenant_id: str, namespace: str, key: str) -> Head | None:
     row = await db.one(_HEAD, _pk(tenant_id, namespace, key))
     if row is None:
         return None
+    opened = await open_value(sealer, tenant_id, RECORDS, namespace, key, row)
     return Head(
-        version=row["version"], forgotten=row["forgotten"], value=row["value"], source=row["source"],
-        updated_at=row["updated_at"], created_at=row["created_at"], expires_at=row["expires_at"],
-        expired=row["expired"],
+        version=row["version"], forgotten=row["forgotten"], value=opened.value, erased=opened.erased,
+        source=row["source"], updated_at=row["updated_at"], created_at=row["created_at"],
+        expires_at=row["expires_at"], expired=row["expired"],
     )
 
 
 async def write_if_version(
-    db: Sql, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str,
+    db: Sql, sealer: Sealer, tenant_id: str, namespace: str, key: str, *, base: int, value: Any, source: str,
     provenance: dict[str, str] | None = None, ttl_s: float | None = None,
 ) -> Written | None:
     """Write `value` as version base+1 if the head is still at `base` (live or tombstone, never expired); None
-    otherwise. `ttl_s`: the new version expires that many seconds from now (None: never)."""
-    params = {
-        **_pk(tenant_id, namespace, key), "base": base, "value": value, "source": source, "provenance": provenance,
-        "ttl_s": None if ttl_s is None else float(ttl_s),
-    }
-    return _written(await db.one(_CAS_UPDATE, params))
+    otherwise. `ttl_s`: the new version expires that many seconds from now (None: never). Over a live head the
+    value joins its incarnation's leaf; over a tombstone it starts a new incarnation under a new leaf."""
+    head = await db.one(_INCARNATION, _pk(tenant_id, namespace, key))
+    if head is None or head["version"] != base:
+        return None  # the compare-and-set would not land: seal nothing
+    leaf = None if head["forgotten"] else head["leaf"]
+    sealed = await seal_version(sealer, tenant_id, namespace, key, base + 1, value, leaf=leaf)
+    params = _write_params(tenant_id, namespace, key, sealed, source, provenance, ttl_s)
+    return _written(await db.one(_CAS_UPDATE, {**params, "base": base}))
 
 
 async def create_if_absent(
-    db: Sql, tenant_id: str, namespace: str, key: str, *, value: Any, source: str,
+    db: Sql, sealer: Sealer, tenant_id: str, namespace: str, key: str, *, value: Any, source: str,
     provenance: dict[str, str] | None = None, ttl_s: float | None = None,
 ) -> Written | None:
-    """Write version 1 if the key was never written (a tombstone counts as written); None otherwise."""
-    params = {
-        **_pk(tenant_id, namespace, key), "value": value, "source": source, "provenance": provenance,
-        "ttl_s": None if ttl_s is None else float(ttl_s),
-    }
-    return _written(await db.one(_CREATE, params))
+    """Write version 1, the first incarnation under a new leaf, if the key was never written (a tombstone counts as
+    written); None otherwise (the leaf taken is then skipped, never reused)."""
+    sealed = await seal_version(sealer, tenant_id, namespace, key, 1, value, leaf=None)
+    return _written(await db.one(_CREATE, _write_params(tenant_id, namespace, key, sealed, source, provenance, ttl_s)))
 
 
 async def tombstone(db: Sql, tenant_id: str, namespace: str, key: str, *, source: str) -> Written | None:
@@ -250,17 +284,26 @@ async def expire(db: Sql, tenant_id: str, namespace: str, key: str, *, source: s
     return _written(await db.one(_EXPIRE, {**_pk(tenant_id, namespace, key), "source": source}))
 
 
+@dataclass(frozen=True)
+class Erasure:
+    """What a forget erased from history: how many values, and the leaves they were sealed under (to shred)."""
+
+    rows: int
+    leaves: list[int]
+
+
 async def erase_history(
     db: Sql, tenant_id: str, namespace: str, key: str, *, tombstone: Written, source: str
-) -> int:
-    """Record the tombstone in history and drop the value of every earlier version; the rows erased."""
+) -> Erasure:
+    """Record the tombstone in history and drop the value of every earlier version."""
     params = {
         **_pk(tenant_id, namespace, key),
         "version": tombstone.version,
         "source": source,
         "at": tombstone.updated_at,
     }
-    return await db.rowcount(_ERASE_HISTORY, params)
+    rows = await db.all(_ERASE_HISTORY, params)
+    return Erasure(rows=len(rows), leaves=sorted({r["leaf"] for r in rows if r["leaf"] is not None}))
 
 
 async def locked_state(db: Sql, tenant_id: str, namespace: str, key: str) -> State | None:
@@ -277,21 +320,35 @@ async def states(db: Sql, tenant_id: str, namespace: str, keys: list[str]) -> di
     }
 
 
-async def live_keys(db: Sql, tenant_id: str, namespace: str, *, after: str | None, limit: int) -> list[str]:
-    """Keyset page of keys that are not tombstones, in key order, strictly after `after`."""
+@dataclass(frozen=True)
+class ListedKey:
+    key: str
+    erased: bool  # its leaf was shredded: it reads as forgotten
+
+
+async def live_keys(
+    db: Sql, sealer: Sealer, tenant_id: str, namespace: str, *, after: str | None, limit: int
+) -> list[ListedKey]:
+    """Keyset page of keys that are not tombstones, in key order, strictly after `after`; whether each one's leaf
+    was shredded is told from its leaf, without opening a value."""
     params: dict[str, Any] = {"tenant_id": tenant_id, "namespace": namespace, "limit": limit}
     if after is None:
         rows = await db.all(_LIVE_KEYS_FIRST, params)
     else:
         rows = await db.all(_LIVE_KEYS_AFTER, {**params, "after": after})
-    return [row["key"] for row in rows]
+    punctured = await sealer.punctured(tenant_id, [r["leaf"] for r in rows if r["leaf"] is not None])
+    return [ListedKey(key=r["key"], erased=r["leaf"] in punctured) for r in rows]
 
 
-async def history(db: Sql, tenant_id: str, namespace: str, key: str) -> list[VersionRow]:
-    rows = await db.all(_HISTORY, _pk(tenant_id, namespace, key))
-    return [
-        VersionRow(version=r["version"], op=r["op"], source=r["source"], at=r["at"], value=r["value"]) for r in rows
-    ]
+async def history(db: Sql, sealer: Sealer, tenant_id: str, namespace: str, key: str) -> list[VersionRow]:
+    out = []
+    for r in await db.all(_HISTORY, _pk(tenant_id, namespace, key)):
+        opened = await open_value(sealer, tenant_id, VERSIONS, namespace, key, r)
+        out.append(VersionRow(
+            version=r["version"], op=r["op"], source=r["source"], at=r["at"], value=opened.value,
+            erased=opened.erased,
+        ))
+    return out
 
 
 @dataclass(frozen=True)
@@ -301,14 +358,19 @@ class Injectable:
     value: Any
 
 
-async def injectable(db: Sql, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
-    """The live records of a namespace, share-locked until the caller's transaction ends.
+async def injectable(db: Sql, sealer: Sealer, tenant_id: str, namespace: str, *, limit: int) -> list[Injectable]:
+    """The live records of a namespace, share-locked until the caller's transaction ends; a record whose leaf was
+    shredded is left out (no session ever sees a ciphertext, nor an erased value).
 
     The lock is the barrier between injecting a record into a new session and forgetting it: a tombstone waits for
     the session's commit, so its cascade job (queued with the tombstone) finds the session; a session created after
     the tombstone re-reads the row once the lock is free and sees the tombstone, so it never injects the value."""
-    rows = await db.all(_INJECTABLE, {"tenant_id": tenant_id, "namespace": namespace, "limit": limit})
-    return [Injectable(key=r["key"], version=r["version"], value=r["value"]) for r in rows]
+    out = []
+    for r in await db.all(_INJECTABLE, {"tenant_id": tenant_id, "namespace": namespace, "limit": limit}):
+        opened = await open_value(sealer, tenant_id, RECORDS, namespace, r["key"], r)
+        if not opened.erased:
+            out.append(Injectable(key=r["key"], version=r["version"], value=opened.value))
+    return out
 
 
 _DERIVED_FROM = Statement(
@@ -324,66 +386,3 @@ async def derived_from(db: Sql, tenant_id: str, artifact_ids: list[str]) -> list
     """Live records whose value was written back from one of these artifacts (a session's summary)."""
     rows = await db.all(_DERIVED_FROM, {"tenant_id": tenant_id, "artifact_ids": artifact_ids})
     return [(r["namespace"], r["key"]) for r in rows]
-
-
-# -- the operator's catalog: names only, never values --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NamespaceRow:
-    namespace: str
-    live_keys: int
-    forgotten_keys: int
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class KeyRow:
-    key: str
-    forgotten: bool
-
-
-# Two statements rather than `(:after IS NULL OR ...)`, which would keep the planner off the primary-key range scan.
-_NAMESPACES_SQL = f"""
-    SELECT namespace,
-           count(*) FILTER (WHERE {_LIVE}) AS live_keys,
-           count(*) FILTER (WHERE forgotten) AS forgotten_keys,
-           max(updated_at) AS updated_at
-      FROM memory_records
-     WHERE tenant_id = :tenant_id {{after}}
-     GROUP BY namespace
-     ORDER BY namespace
-     LIMIT :limit
-"""
-_NAMESPACES_FIRST = Statement(_NAMESPACES_SQL.format(after=""))
-_NAMESPACES_AFTER = Statement(_NAMESPACES_SQL.format(after="AND namespace > :after"))
-
-_ALL_KEYS_SQL = """
-    SELECT key, forgotten FROM memory_records
-     WHERE tenant_id = :tenant_id AND namespace = :namespace {after}
-     ORDER BY key
-     LIMIT :limit
-"""
-_ALL_KEYS_FIRST = Statement(_ALL_KEYS_SQL.format(after=""))
-_ALL_KEYS_AFTER = Statement(_ALL_KEYS_SQL.format(after="AND key > :after"))
-
-
-async def namespaces(db: Sql, tenant_id: str, *, after: str | None, limit: int) -> list[NamespaceRow]:
-    params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
-    statement = _NAMESPACES_FIRST if after is None else _NAMESPACES_AFTER
-    rows = await db.all(statement, params if after is None else {**params, "after": after})
-    return [
-        NamespaceRow(
-            namespace=r["namespace"], live_keys=r["live_keys"], forgotten_keys=r["forgotten_keys"],
-            updated_at=r["updated_at"],
-        )
-        for r in rows
-    ]
-
-
-async def all_keys(db: Sql, tenant_id: str, namespace: str, *, after: str | None, limit: int) -> list[KeyRow]:
-    """Every key ever written in the namespace, tombstones included, in key order."""
-    params: dict[str, Any] = {"tenant_id": tenant_id, "namespace": namespace, "limit": limit}
-    statement = _ALL_KEYS_FIRST if after is None else _ALL_KEYS_AFTER
-    rows = await db.all(statement, params if after is None else {**params, "after": after})
-    return [KeyRow(key=r["key"], forgotten=r["forgotten"]) for r in rows]

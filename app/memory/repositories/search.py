@@ -11,7 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from app.db.statements import Sql, Statement
+from app.keys.content import Sealer
 from app.memory.repositories.records import EXPIRED
+from app.memory.repositories.sealing import RECORDS, open_value
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Found:
 # Every non-tombstone record in the namespace `:prefix` and those below it (`:below` is prefix + '.'); expired ones
 # too, flagged, so the caller tombstones them. An empty prefix is the whole tenant.
 _UNDER_SQL = f"""
-    SELECT namespace, key, version, value, created_at, updated_at, expires_at, {EXPIRED} AS expired
+    SELECT namespace, key, version, value, value_sealed, created_at, updated_at, expires_at, {EXPIRED} AS expired
       FROM memory_records
      WHERE tenant_id = :tenant_id AND NOT forgotten {{scope}}
      ORDER BY updated_at DESC, namespace, key
@@ -60,17 +62,22 @@ _DUE = Statement(
 )
 
 
-async def under_prefix(db: Sql, tenant_id: str, prefix: str) -> list[Found]:
-    """The tenant's non-tombstone records in `prefix` and below it, newest write first."""
+async def under_prefix(db: Sql, sealer: Sealer, tenant_id: str, prefix: str) -> list[Found]:
+    """The tenant's non-tombstone records in `prefix` and below it, newest write first, opened; those whose leaf was
+    shredded are left out."""
     if prefix:
         rows = await db.all(_UNDER, {"tenant_id": tenant_id, "prefix": prefix, "below": prefix + "."})
     else:
         rows = await db.all(_UNDER_ALL, {"tenant_id": tenant_id})
-    return [
-        Found(r["namespace"], r["key"], r["version"], r["value"], r["created_at"], r["updated_at"], r["expires_at"],
-              r["expired"])
-        for r in rows
-    ]
+    found = []
+    for r in rows:
+        opened = await open_value(sealer, tenant_id, RECORDS, r["namespace"], r["key"], r)
+        if not opened.erased:
+            found.append(Found(
+                r["namespace"], r["key"], r["version"], opened.value, r["created_at"], r["updated_at"],
+                r["expires_at"], r["expired"],
+            ))
+    return found
 
 
 async def refresh(db: Sql, tenant_id: str, records: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:

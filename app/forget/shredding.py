@@ -1,0 +1,52 @@
+"""A forget's erasure at rest: puncturing the leaves its job recorded, and saying when that happened.
+
+A forget that erased sealed content (a memory record's values, for now) records their leaves on its job, in the
+tombstone's transaction. Once that transaction committed, whoever committed it shreds them at once (`settle`: a
+memory DELETE does, before it answers). With the key provider down the shred stays pending and the receipt says so
+(`at_rest: pending`); the forget worker retries every pending one on each of its polls (`sweep`), and so do shreds
+nobody settled at once (a record tombstoned by a forget job, as derived from what the job forgot). Shredding is
+idempotent: a retry of a shred that happened is a no-op in the provider.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app.db.database import Database
+from app.forget.repositories import jobs as jobs_repo
+from app.keys.content import Sealer
+from app.keys.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+SWEEP_BATCH = 100
+
+
+class Shredder:
+    def __init__(self, db: Database, sealer: Sealer) -> None:
+        self.db = db
+        self.sealer = sealer
+
+    async def settle(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> bool:
+        """Puncture `leaves` and record job `forget_id`'s erasure at rest complete; False when the provider is down
+        (the job's shred stays pending)."""
+        if not leaves:
+            return True
+        try:
+            await self.sealer.shred(tenant_id, leaves)
+        except Unavailable as exc:
+            log.warning("shred pending: key provider unavailable", extra={"forget_id": forget_id, "error": str(exc)})
+            return False
+        if forget_id is not None:
+            async with self.db.pg() as sql:
+                await jobs_repo.mark_shredded(sql, forget_id)
+        return True
+
+    async def sweep(self, *, limit: int = SWEEP_BATCH) -> int:
+        """Settle up to `limit` pending shreds, oldest first; how many completed."""
+        async with self.db.pg() as sql:
+            pending = await jobs_repo.pending_shreds(sql, limit=limit)
+        done = 0
+        for job in pending:
+            done += await self.settle(job.tenant_id, job.id, job.leaves)
+        return done

@@ -1,0 +1,77 @@
+"""Content at rest: the one object repositories take to seal what they store and open what they read.
+
+A repository that stores content a user or a model wrote (a memory value first; artifacts, forget targets and thread
+blobs next, issue 42) is handed the process's `Sealer` by the composition root. It asks for a leaf per erasure unit
+(`leaf`), seals under it with a `Binding` naming where the bytes go, opens what it reads (`Erased` when a forget
+punctured the leaf: the caller renders the content as erased), and a forget `shred`s the leaves it erased. Services
+and endpoints never see a ciphertext; everything here speaks JSON values, the form content has above the
+repositories.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import Any
+
+from app.keys.envelope import Binding
+from app.keys.errors import Erased
+from app.keys.keyring import Keyring
+from app.keys.leaves import Leaves
+
+log = logging.getLogger(__name__)
+
+# Tells the other processes to stop deriving these leaves (app/db/notifications.py: the job-events channel).
+Announce = Callable[[str, list[int]], Awaitable[None]]
+
+
+async def _nobody(_tenant: str, _leaves: list[int]) -> None:
+    return None
+
+
+class Sealer:
+    def __init__(self, keyring: Keyring, leaves: Leaves, *, announce: Announce = _nobody) -> None:
+        self.keyring = keyring
+        self.leaves = leaves
+        self.announce = announce
+
+    async def leaf(self, tenant: str, stream: Hashable) -> int:
+        """A fresh leaf for a new erasure unit; units of one stream (a memory namespace, a session) get neighbours."""
+        return await self.leaves.next(tenant, stream)
+
+    async def seal_json(self, leaf: int, binding: Binding, value: Any) -> bytes:
+        """`value` as JSON, sealed under `leaf` for the place `binding` names; `Unavailable` when the leaf's cover is
+        not cached and the provider is down (nothing is written then), `Erased` when the leaf is punctured."""
+        plaintext = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        return await self.keyring.seal(leaf, binding, plaintext)
+
+    async def open_json(self, binding: Binding, ciphertext: bytes) -> Any:
+        """The value sealed there; `Erased` when its leaf was shredded, `Tampered` when the bytes were moved."""
+        return json.loads(await self.keyring.unseal(binding, bytes(ciphertext)))
+
+    async def punctured(self, tenant: str, leaves: Iterable[int]) -> set[int]:
+        """Which of `leaves` no longer derive a key (to leave their units out without opening them)."""
+        found: set[int] = set()
+        for leaf in set(leaves):
+            try:
+                await self.keyring.cipher(tenant, leaf)
+            except Erased:
+                found.add(leaf)
+        return found
+
+    async def shred(self, tenant: str, leaves: Iterable[int]) -> None:
+        """Puncture `leaves` in the provider (idempotent), then tell the other processes. `Unavailable`: the provider
+        is down and the shred must be retried; this process stopped deriving them already."""
+        wanted = sorted(set(leaves))
+        if not wanted:
+            return
+        await self.keyring.shred(tenant, wanted)
+        try:
+            await self.announce(tenant, wanted)
+        except Exception as exc:  # the others' caches then drop them within their time to live (half the horizon)
+            log.warning("shred announcement failed", extra={"error": type(exc).__name__, "leaves": len(wanted)})
+
+    def forget_cached(self, tenant: str, leaves: Iterable[int]) -> None:
+        """Another process shredded `leaves`: stop deriving them here."""
+        self.keyring.forget_cached(tenant, leaves)
