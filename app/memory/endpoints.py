@@ -57,6 +57,14 @@ STALE: dict[int | str, dict[str, Any]] = {
 PRECONDITIONS: dict[int | str, dict[str, Any]] = {
     **STALE, 428: problem_doc("PUT without If-Match or If-None-Match, or with `If-Match: *`"),
 }
+# Values are sealed at rest: a write (or a read) that needs a key this process has not cached while the key provider
+# is down answers this, with Retry-After, and writes nothing.
+KEYS_DOWN: dict[int | str, dict[str, Any]] = {
+    503: problem_doc(
+        "The database connection was lost, or the key provider is unreachable (`keys-unavailable`): nothing was "
+        "written; retry (Retry-After)"
+    ),
+}
 # An ETag (the version, quoted, maybe weak) or `*`; both headers at once answer 422 (app/memory/validation.py).
 IF_MATCH_PATTERN = r'^(\*|(W/)?"?[0-9]{1,18}"?)$'
 
@@ -73,7 +81,7 @@ MemoryDep = Annotated[MemoryService, Depends(get_memory)]
 
 @router.post(
     "/{namespace}:batch", response_model=BatchOut, summary="Batch of conditional writes",
-    responses={**STALE, **token_responses(200)},
+    responses={**STALE, **KEYS_DOWN, **token_responses(200)},
 )
 async def batch_write(
     namespace: Namespace, body: BatchRequest, principal: PrincipalDep, memory: MemoryDep, container: ContainerDep,
@@ -198,6 +206,7 @@ RECORD_LINKS = {
     "/{namespace}/{key}", response_model=MemoryWriteOut, summary="Conditional write",
     responses={
         **PRECONDITIONS,
+        **KEYS_DOWN,
         200: {"description": "Written over the version If-Match named", "links": RECORD_LINKS,
               **token_responses(200)[200]},
         201: {"model": MemoryWriteOut, "description": "Created", "links": RECORD_LINKS, **token_responses(201)[201]},
