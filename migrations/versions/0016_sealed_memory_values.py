@@ -29,6 +29,9 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _TOMBSTONE = op.f("ck_memory_records_tombstone_has_no_value")
+# Migration 0006's rule for the new columns: no planner statistics (no plan filters on a ciphertext or a job's leaf
+# list, and a sample in pg_statistic would be one more copy to reason about). They are new: nothing to drop.
+_NO_STATISTICS = (("memory_records", "value_sealed"), ("memory_versions", "value_sealed"), ("forget_jobs", "shred_leaves"))
 
 
 def upgrade() -> None:
@@ -49,6 +52,8 @@ def upgrade() -> None:
     )
     op.add_column("forget_jobs", sa.Column("shred_leaves", postgresql.ARRAY(sa.BigInteger()), nullable=True))
     op.add_column("forget_jobs", sa.Column("shredded_at", sa.DateTime(timezone=True), nullable=True))
+    for table, column in _NO_STATISTICS:
+        op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET STATISTICS 0")
     # The forget worker's retry scan: only jobs whose shred is still pending are in it.
     op.create_index(
         "ix_forget_jobs_pending_shred", "forget_jobs", ["created_at"],
