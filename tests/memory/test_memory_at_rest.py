@@ -170,6 +170,12 @@ def test_a_punctured_leaf_under_a_live_row_reads_as_forgotten(
     versions = client.get(f"/v1/memory/{ns}/city/history").json()["versions"]
     assert [(v["version"], v["value"], v["erased"]) for v in versions] == [(1, None, True), (2, None, True)]
     assert client.get(f"/v1/memory/{ns}/diet").json()["value"] == {"text": "vegetarian"}
+    # A new session injects the namespace's live records: the erased one is left out, never a ciphertext.
+    created = client.post("/v1/sessions", json={"system_prompt": "You are terse.", "memory_namespace": ns})
+    assert created.status_code == 201, created.text
+    listed = client.get(f"/v1/sessions/{created.json()['id']}/artifacts").json()["artifacts"]
+    memories = [(a["memory"]["key"], a["content"]) for a in listed if a["kind"] == "memory"]
+    assert memories == [("diet", '{"text": "vegetarian"}')]
 
     # Re-established with the version it reads as forgotten: a new incarnation under a fresh leaf.
     assert write(client, ns, "city", {"text": "Antwerp"}, base=2).status_code == 200
