@@ -100,8 +100,7 @@ _CAS_UPDATE = Statement(
     WITH head AS (
         UPDATE memory_records
            SET version = version + 1, value = NULL, value_sealed = :head_sealed, leaf = :leaf, forgotten = false,
-               source = :source,
-               provenance = :provenance, updated_at = clock_timestamp(),
+               source = :source, provenance = :provenance, updated_at = clock_timestamp(),
                created_at = CASE WHEN forgotten THEN clock_timestamp() ELSE created_at END,
                ttl_s = :ttl_s, expires_at = {_EXPIRES}
          WHERE {_PK} AND version = :base AND NOT {EXPIRED}
@@ -136,8 +135,7 @@ _TOMBSTONE = Statement(
     VALUES (:tenant_id, :namespace, :key, 1, NULL, true, :source, clock_timestamp())
     ON CONFLICT (tenant_id, namespace, key) DO UPDATE
        SET version = memory_records.version + 1, value = NULL, value_sealed = NULL, leaf = NULL, forgotten = true,
-           source = EXCLUDED.source,
-           provenance = NULL, updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
+           source = EXCLUDED.source, provenance = NULL, updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
      WHERE NOT memory_records.forgotten
     RETURNING version, updated_at
     """
@@ -149,8 +147,7 @@ _EXPIRE = Statement(
     f"""
     UPDATE memory_records
        SET version = version + 1, value = NULL, value_sealed = NULL, leaf = NULL, forgotten = true, source = :source,
-           provenance = NULL,
-           updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
+           provenance = NULL, updated_at = clock_timestamp(), ttl_s = NULL, expires_at = NULL
      WHERE {_PK} AND NOT forgotten AND {EXPIRED}
     RETURNING version, updated_at
     """
