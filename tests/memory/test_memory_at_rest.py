@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -333,6 +334,38 @@ def test_a_shred_the_provider_refused_stays_pending_until_a_retry(
     assert job["erasure"]["at_rest"] == "complete"
     with pytest.raises(Erased):
         _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+
+
+def test_a_shred_in_another_process_reaches_the_servers_key_cache(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant_id = _tenant(database_url)
+    create(client, ns, "k", "cached")  # the server sealed it: it holds the leaf's cover in its cache
+    leaf = _head(database_url, ns, "k", tenant_id)["leaf"]
+    heard = threading.Event()
+    events = live_server.app.state.container.job_events
+
+    def shredded(tenant: str, leaves: list[int]) -> None:
+        original(tenant, leaves)
+        if leaf in leaves:
+            heard.set()
+
+    original = events.shredded
+    monkeypatch.setattr(events, "shredded", shredded)
+
+    async def announce() -> None:
+        db = Database(database_url, pool_size=1)
+        try:
+            await announce_shred(db, tenant_id, [leaf])
+        finally:
+            await db.close()
+
+    asyncio.run(_fresh_keyring(live_server).shred(tenant_id, [leaf]))  # punctured in the provider, nobody told
+    # Unannounced, the server still derives the key from its cached cover: the window the cache's time to live bounds.
+    assert client.get(f"/v1/memory/{ns}/k").json()["value"] == "cached"
+    asyncio.run(announce())  # what the shredding process's Sealer.shred does next
+    assert heard.wait(BARRIER_S), "the server never heard the shred"
+    assert problem(client.get(f"/v1/memory/{ns}/k"), 404)["forgotten"] is True
 
 
 def test_a_shred_is_announced_to_every_process(database_url: str) -> None:
