@@ -144,6 +144,20 @@ def test_a_delete_shreds_every_version_of_the_incarnation(
             _unseal(after, where, ciphertext)
 
 
+def test_a_forget_request_with_a_memory_target_shreds_as_a_delete_does(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any
+) -> None:
+    tenant_id = _tenant(database_url)
+    create(client, ns, "k", "v")
+    head = _head(database_url, ns, "k", tenant_id)
+    answer = client.post("/v1/forget", json={"target": {"memory": {"namespace": ns, "key": "k"}}, "wait": True})
+    assert answer.status_code in (200, 202), answer.text
+    job = client.get(f"/v1/forget/{answer.json()['id']}").json()
+    assert job["memory"]["tombstone_version"] == 2 and job["erasure"]["at_rest"] == "complete"
+    with pytest.raises(Erased):
+        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+
+
 def test_a_forget_that_erased_nothing_sealed_claims_nothing_at_rest(client: httpx.Client, ns: str) -> None:
     forgot = client.delete(f"/v1/memory/{ns}/never-written").json()
     job = client.get(f"/v1/forget/{forgot['forget_id']}").json()
