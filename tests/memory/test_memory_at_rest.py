@@ -158,6 +158,25 @@ def test_a_forget_request_with_a_memory_target_shreds_as_a_delete_does(
         _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
 
 
+def test_an_expiry_shreds_the_record_it_forgets(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any
+) -> None:
+    tenant_id = _tenant(database_url)
+    written = client.put(
+        f"/v1/memory/{ns}/k", json={"value": "brief", "source": "user", "ttl_s": 0}, headers={"If-None-Match": "*"}
+    )
+    assert written.status_code == 201, written.text
+    head = _head(database_url, ns, "k", tenant_id)
+    assert problem(client.get(f"/v1/memory/{ns}/k"), 404)["forgotten"] is True  # the read meets it expired
+    [job] = sql(
+        database_url, "SELECT shred_leaves, shredded_at FROM forget_jobs WHERE tenant_id = $1"
+        " AND target -> 'memory' ->> 'namespace' = $2", tenant_id, ns,
+    )
+    assert job["shred_leaves"] == [head["leaf"]] and job["shredded_at"] is not None
+    with pytest.raises(Erased):
+        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+
+
 def test_a_forget_that_erased_nothing_sealed_claims_nothing_at_rest(client: httpx.Client, ns: str) -> None:
     forgot = client.delete(f"/v1/memory/{ns}/never-written").json()
     job = client.get(f"/v1/forget/{forgot['forget_id']}").json()
