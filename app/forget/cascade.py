@@ -11,6 +11,7 @@ from app.forget.receipts import JobReceipt, MemoryEntry
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.ids import new_id
+from app.memory.repositories.records import ErasedHistory
 from app.sessions.repositories import artifacts as artifacts_repo
 
 log = logging.getLogger(__name__)
@@ -45,17 +46,19 @@ class JobCascade:
             await self.shredder.settle(tenant_id, forget_id, leaves)
 
     async def enqueue(
-        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, leaves: list[int]
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, erased: ErasedHistory
     ) -> str | None:
         memory = MemoryEntry(namespace=namespace, key=key, tombstone_version=tombstone_version)
         job_id = new_id("fgt")
         reached = await artifacts_repo.sessions_with_memory(sql, tenant_id, namespace, key)
-        horizon = self.horizon_s if leaves else None
-        receipt = JobReceipt(memory=memory, duration_ms=None if reached else 0, erasure_horizon_s=horizon)
+        # Erasure at rest is promised only when everything erased was sealed: plaintext from before migration 0016
+        # stays in dead tuples, WAL and backups whatever is shredded.
+        promised = self.horizon_s if erased.leaves and not erased.plaintext else None
+        receipt = JobReceipt(memory=memory, duration_ms=None if reached else 0, erasure_horizon_s=promised)
         await jobs_repo.queue(
             sql, id=job_id, tenant_id=tenant_id, strategy=self.strategy,
             target={"memory": {"namespace": namespace, "key": key}}, reason=self.reason,
-            receipt=receipt.stored(), finished=not reached, shred_leaves=leaves or None,
+            receipt=receipt.stored(), finished=not reached, shred_leaves=erased.leaves or None,
         )
         if not reached:
             self.on_finished(self.strategy)

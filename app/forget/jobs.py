@@ -39,19 +39,19 @@ class Erasure:
     horizon_s: int
 
 
-DEFAULT_HORIZON_S: Final = 300  # Settings.erasure_horizon_s's default, for a receipt that did not record one
+DEFAULT_HORIZON_S: Final = 300  # Settings.erasure_horizon_s's default
 
 
 def erasure_of(job: ForgetJob, receipt: JobReceipt) -> Erasure | None:
-    """None for a job that recorded no leaves: what it erased is not sealed yet (issue 42 seals memory values
-    first), so it can claim nothing at rest."""
-    if job.shred_leaves is None:
+    """None for a job that promised nothing at rest: what it erased is not sealed yet (issue 42 seals memory values
+    first; rows written before migration 0016 are plaintext), so shredding cannot make it unrecoverable."""
+    if job.shred_leaves is None or receipt.erasure_horizon_s is None:
         return None
     return Erasure(
         live="complete" if job.status == "succeeded" else "pending",
         at_rest="complete" if job.shredded_at is not None else "pending",
         at_rest_complete_at=job.shredded_at,
-        horizon_s=receipt.erasure_horizon_s or DEFAULT_HORIZON_S,
+        horizon_s=receipt.erasure_horizon_s,
     )
 
 

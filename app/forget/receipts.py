@@ -106,7 +106,8 @@ class JobReceipt(BaseModel):
     # `inputs`, the key jobs have always stored them under.
     provided: dict[str, str] = Field(default_factory=dict, alias="inputs")
     duration_ms: int | None = None
-    # Erasure at rest: the horizon in force when the forget recorded leaves to shred (forget_jobs.shred_leaves).
+    # Erasure at rest: the horizon promised when the forget recorded leaves to shred (forget_jobs.shred_leaves);
+    # None: nothing promised (it erased nothing sealed, or some of what it erased was stored in the clear).
     erasure_horizon_s: int | None = None
 
     @classmethod

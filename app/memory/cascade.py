@@ -19,6 +19,7 @@ from app.db.statements import Sql
 from app.keys.content import Sealer
 from app.memory.repositories import records as repo
 from app.memory.repositories import search
+from app.memory.repositories.records import ErasedHistory
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,14 @@ class ForgetCascade(Protocol):
     the shred of the leaves the forget erased.
 
     `enqueue` is called inside the tombstone's transaction, so the job is enqueued if and only if the tombstone
-    commits (a transactional outbox); the job records `leaves`. Returns the job id (`fgt_...`) that DELETE answers as
-    `forget_id`. `shred` is called once that transaction committed: it punctures the leaves and records the job's
-    erasure at rest complete, or leaves it pending (the key provider is down) for the forget worker to retry.
+    commits (a transactional outbox); the job records the leaves `erased` names. Returns the job id (`fgt_...`)
+    that DELETE answers as `forget_id`. `shred` is called once that transaction committed: it punctures the leaves
+    and records the job's erasure at rest complete, or leaves it pending (the key provider is down) for the forget
+    worker to retry.
     """
 
     async def enqueue(
-        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, leaves: list[int]
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, erased: ErasedHistory
     ) -> str | None: ...
 
     async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> None: ...
@@ -61,7 +63,7 @@ class NoCascade:
         self.sealer = sealer
 
     async def enqueue(
-        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, leaves: list[int]
+        self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, erased: ErasedHistory
     ) -> str | None:
         return None
 
@@ -77,7 +79,7 @@ async def expire_in(sql: Sql, cascade: ForgetCascade, tenant_id: str, namespace:
         return None
     erased = await repo.erase_history(sql, tenant_id, namespace, key, tombstone=tomb, source=EXPIRY_SOURCE)
     forget_id = await cascade.enqueue(
-        sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version, leaves=erased.leaves
+        sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version, erased=erased
     )
     return Tombstoned(version=tomb.version, forget_id=forget_id, leaves=erased.leaves)
 

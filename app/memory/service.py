@@ -352,8 +352,7 @@ async def forget_in(
             erased = await repo.erase_history(sql, tenant_id, namespace, key, tombstone=tomb, source=source)
             # The cascade seam: the forget job for every session this record was injected into, and its shred.
             forget_id = await cascade.enqueue(
-                sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version,
-                leaves=erased.leaves,
+                sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version, erased=erased
             )
             outcome = ForgetOutcome(
                 version=tomb.version, forget_id=forget_id, already_forgotten=False, leaves=erased.leaves

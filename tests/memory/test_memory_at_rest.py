@@ -177,6 +177,35 @@ def test_an_expiry_shreds_the_record_it_forgets(
         _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
 
 
+def test_a_row_from_before_sealing_reads_and_its_forget_promises_nothing_at_rest(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any
+) -> None:
+    """A record written before migration 0016 (put in place here as that version wrote it: plaintext JSONB) reads as
+    before; written again, its new version is sealed; forgotten, its leaf is shredded, but the receipt claims nothing
+    at rest, since the plaintext's dead tuples stay on disk until the online migration (issue 42, step 6)."""
+    tenant_id = _tenant(database_url)
+    for table, columns, values in (
+        ("memory_records", "version, value, forgotten, source, updated_at, created_at",
+         "1, '\"old\"', false, 'user', now(), now()"),
+        ("memory_versions", "version, op, value, source, at", "1, 'write', '\"old\"', 'user', now()"),
+    ):
+        sql(database_url, f"INSERT INTO {table} (tenant_id, namespace, key, {columns}) VALUES ($1, $2, 'k', {values})",
+            tenant_id, ns)
+    assert client.get(f"/v1/memory/{ns}/k").json()["value"] == "old"
+    assert write(client, ns, "k", "new", base=1).status_code == 200
+    head = _head(database_url, ns, "k", tenant_id)
+    assert head["value"] is None and head["leaf"] is not None
+    assert [v["value"] for v in client.get(f"/v1/memory/{ns}/k/history").json()["versions"]] == ["old", "new"]
+
+    forgot = client.delete(f"/v1/memory/{ns}/k").json()
+    job = client.get(f"/v1/forget/{forgot['forget_id']}").json()
+    assert job["erasure"] is None  # part of what it erased was plaintext: no promise at rest
+    [row] = sql(database_url, "SELECT shred_leaves, shredded_at FROM forget_jobs WHERE id = $1", job["id"])
+    assert row["shred_leaves"] == [head["leaf"]] and row["shredded_at"] is not None  # the sealed part is shredded
+    with pytest.raises(Erased):
+        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 2), head["value_sealed"])
+
+
 def test_a_forget_that_erased_nothing_sealed_claims_nothing_at_rest(client: httpx.Client, ns: str) -> None:
     forgot = client.delete(f"/v1/memory/{ns}/never-written").json()
     job = client.get(f"/v1/forget/{forgot['forget_id']}").json()

@@ -282,16 +282,18 @@ async def expire(db: Sql, tenant_id: str, namespace: str, key: str, *, source: s
 
 
 @dataclass(frozen=True)
-class Erasure:
-    """What a forget erased from history: how many values, and the leaves they were sealed under (to shred)."""
+class ErasedHistory:
+    """What a forget erased from history: how many values, the leaves the sealed ones were under (to shred), and
+    how many were plaintext written before migration 0016 (their dead tuples stay on disk: no shred reaches them)."""
 
     rows: int
     leaves: list[int]
+    plaintext: int
 
 
 async def erase_history(
     db: Sql, tenant_id: str, namespace: str, key: str, *, tombstone: Written, source: str
-) -> Erasure:
+) -> ErasedHistory:
     """Record the tombstone in history and drop the value of every earlier version."""
     params = {
         **_pk(tenant_id, namespace, key),
@@ -300,7 +302,8 @@ async def erase_history(
         "at": tombstone.updated_at,
     }
     rows = await db.all(_ERASE_HISTORY, params)
-    return Erasure(rows=len(rows), leaves=sorted({r["leaf"] for r in rows if r["leaf"] is not None}))
+    leaves = [r["leaf"] for r in rows if r["leaf"] is not None]
+    return ErasedHistory(rows=len(rows), leaves=sorted(set(leaves)), plaintext=len(rows) - len(leaves))
 
 
 async def locked_state(db: Sql, tenant_id: str, namespace: str, key: str) -> State | None:
