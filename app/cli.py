@@ -1,4 +1,4 @@
-"""`lethe serve | migrate | tenant ... | openapi | eval`."""
+"""`lethe serve | migrate | tenant ... | keys ... | openapi | eval`."""
 
 from __future__ import annotations
 
@@ -8,17 +8,24 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from app.settings import Settings, settings_from_env
+
+if TYPE_CHECKING:
+    from app.db.database import Database
+    from app.keys.admin import KeyAdmin
+    from app.tenants.service import TenantService
 
 T = TypeVar("T")
 
 cli = typer.Typer(help="Lethe: stateful LLM agent serving that can truly forget.", no_args_is_help=True)
 tenant_cli = typer.Typer(help="Tenants, API keys and webhook secrets.", no_args_is_help=True)
 cli.add_typer(tenant_cli, name="tenant")
+keys_cli = typer.Typer(help="The key store of content at rest (docs/erasure-at-rest.md).", no_args_is_help=True)
+cli.add_typer(keys_cli, name="keys")
 
 
 @cli.command()
@@ -87,21 +94,39 @@ def migrate() -> None:
     typer.echo("database is at the newest migration")
 
 
-def _with_tenants(settings: Settings, action: Callable[..., Awaitable[T]]) -> T:
+def _with_database(settings: Settings, action: Callable[[Database], Awaitable[T]]) -> T:
     from app.db.database import Database, resolve_database_url
     from app.db.migrate import upgrade_to_head_async
-    from app.tenants.service import TenantService
 
     async def run() -> T:
         url = await resolve_database_url(settings)
         await upgrade_to_head_async(url)
         db = Database(url, pool_size=1)
         try:
-            return await action(TenantService(db))
+            return await action(db)
         finally:
             await db.close()
 
     return asyncio.run(run())
+
+
+def _with_tenants(settings: Settings, action: Callable[[TenantService], Awaitable[T]]) -> T:
+    from app.tenants.service import TenantService
+
+    return _with_database(settings, lambda db: action(TenantService(db)))
+
+
+def _with_keys(settings: Settings, action: Callable[[KeyAdmin], Awaitable[T]]) -> T:
+    """`action` on the key store the settings name, once it is known to be the one the database was sealed with."""
+    from app.container import build_key_admin
+    from app.keys.factory import build_provider
+    from app.keys.identity import check_key_store
+
+    async def run(db: Database) -> T:
+        await check_key_store(db, build_provider(settings), settings)
+        return await action(build_key_admin(settings, db))
+
+    return _with_database(settings, run)
 
 
 def _fail(exc: Exception) -> None:
@@ -146,6 +171,54 @@ def tenant_webhook_secret(
         typer.echo(_with_tenants(settings_from_env(), lambda svc: svc.rotate_webhook_secret(name, secret)))
     except (LetheError, ValueError) as exc:
         _fail(exc)
+
+
+TenantOption = Annotated[str | None, typer.Option("--tenant", help="Only this tenant (by name).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document instead of lines.")]
+
+
+def _keys(action: Callable[[KeyAdmin], Awaitable[T]]) -> T:
+    from app.keys.admin import UnknownTenant
+    from app.keys.errors import Unavailable
+    from app.keys.identity import KeyStoreMismatch
+
+    try:
+        return _with_keys(settings_from_env(), action)
+    except (KeyStoreMismatch, Unavailable, UnknownTenant) as exc:
+        _fail(exc)
+        raise  # unreachable: _fail exits
+
+
+@keys_cli.command("status")
+def keys_status(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
+    """Per tenant: leaves, shards in the key store, pending shreds and the oldest one's age against the horizon."""
+    from app.keys import admin as report
+
+    lines = _keys(lambda admin: admin.status(tenant))
+    typer.echo(report.status_json(lines) if as_json else report.status_text(lines))
+
+
+@keys_cli.command("rotate")
+def keys_rotate(as_json: JsonOption = False) -> None:
+    """Run every pending shred now and sweep every shard of what killed writes left. Idempotent.
+    Exits 1 when some shred is still pending (the key provider refused it)."""
+    from app.keys import admin as report
+
+    done = _keys(lambda admin: admin.rotate())
+    typer.echo(report.rotation_json(done) if as_json else report.rotation_text(done))
+    if done.pending:
+        raise typer.Exit(code=1)
+
+
+@keys_cli.command("verify")
+def keys_verify(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
+    """Open every ciphertext a live row holds. Exits 1 when one is tampered or its key is missing from the store."""
+    from app.keys import admin as report
+
+    found = _keys(lambda admin: admin.verify(tenant))
+    typer.echo(report.verify_json(found) if as_json else report.verify_text(found))
+    if not found.healthy:
+        raise typer.Exit(code=1)
 
 
 @cli.command()

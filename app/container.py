@@ -16,6 +16,7 @@ from app.forget.executor import ForgetExecutor
 from app.forget.service import ForgetService
 from app.forget.shredding import Shredder
 from app.forget.worker import ForgetWorker
+from app.keys.admin import KeyAdmin
 from app.keys.content import Sealer
 from app.keys.factory import build_keyring
 from app.keys.leaves import Leaves
@@ -31,6 +32,20 @@ from app.settings import Settings
 from app.tenants.service import TenantService
 from app.threads.service import ThreadService
 from app.webhooks.service import DetectorWebhooks
+
+
+def build_sealer(settings: Settings, db: Database, tenants: TenantService) -> Sealer:
+    """The process's keyring and leaves; its shreds are announced to every other process's key cache."""
+    return Sealer(
+        build_keyring(settings), Leaves(tenants.reserve_leaves),
+        announce=lambda tenant_id, leaves: announce_shred(db, tenant_id, leaves),
+    )
+
+
+def build_key_admin(settings: Settings, db: Database) -> KeyAdmin:
+    """`lethe keys`: the serving processes' shredder, without the rest of a running app."""
+    sealer = build_sealer(settings, db, TenantService(db))
+    return KeyAdmin(db, sealer.keyring.provider, Shredder(db, sealer), horizon_s=settings.erasure_horizon_s)
 
 
 @dataclass(frozen=True)
@@ -72,11 +87,7 @@ class Container:
     def __post_init__(self) -> None:
         settings = self.settings
         horizon_s = settings.erasure_horizon_s
-        keyring = build_keyring(settings)
-        self.sealer = sealer = Sealer(
-            keyring, Leaves(self.tenants.reserve_leaves),
-            announce=lambda tenant_id, leaves: announce_shred(self.db, tenant_id, leaves),
-        )
+        self.sealer = sealer = build_sealer(settings, self.db, self.tenants)
         self.shredder = Shredder(self.db, sealer)
         self.job_events = JobEvents(self.db.pg_url, self.forget_wake, shredded=sealer.forget_cached)
         policies = build_policies()  # the one registry, handed to everything that resolves a session's policy

@@ -27,6 +27,8 @@ from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
 from app.forget import endpoints as forget
 from app.health import endpoints as health
+from app.keys.factory import build_provider
+from app.keys.identity import check_key_store
 from app.mcp.mount import McpMount
 from app.memory import endpoints as memory
 from app.observability.metrics import Metrics
@@ -75,6 +77,12 @@ def create_app(
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
         if not prepared:
             await tenants.bootstrap(settings)
+        try:
+            # Before anything reads or writes sealed content: the key store must be the one the database knows.
+            await check_key_store(db, build_provider(settings), settings)
+        except BaseException:
+            await db.close()
+            raise
         if engine_process is not None:
             client = EngineClient(engine_process, name=settings.engine.value, model_id=model_id_for(settings.model))
             chosen: KVEngine = client

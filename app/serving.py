@@ -84,13 +84,17 @@ def serve_with_workers(settings: Settings) -> None:
 
 
 async def _prepare(settings: Settings) -> str:
-    """What the processes must not race on: the database (started here when embedded), migrations, bootstrap."""
+    """What the processes must not race on: the database (started here when embedded), migrations, bootstrap; and the
+    key store checked once here, so a wrong one fails `lethe serve` instead of every worker it would restart."""
+    from app.keys.factory import build_provider
+    from app.keys.identity import check_key_store
     from app.tenants.service import TenantService
 
     url = await resolve_database_url(settings)
     await upgrade_to_head_async(url)
     db = Database(url, pool_size=1)
     try:
+        await check_key_store(db, build_provider(settings), settings)
         await TenantService(db).bootstrap(settings)
     finally:
         await db.close()

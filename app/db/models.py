@@ -65,6 +65,19 @@ class Tenant(Base):
     __table_args__ = (CheckConstraint("next_leaf >= 0", name="next_leaf_not_negative"),)
 
 
+class KeyStore(Base):
+    """The key store this database's content is sealed with (migration 0018, app/keys/identity.py): one row."""
+
+    __tablename__ = "key_store"
+
+    one: Mapped[bool] = mapped_column(Boolean, primary_key=True, server_default=text("true"))
+    identity: Mapped[str] = mapped_column(Text, nullable=False)
+    provider: Mapped[str] = mapped_column(Text, nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (CheckConstraint("one", name="one_row"),)
+
+
 class ApiKey(Base):
     __tablename__ = "api_keys"
 

@@ -21,6 +21,11 @@ class Tampered(Exception):
     """The key exists but the ciphertext does not authenticate under it (or its format is unknown)."""
 
 
+class Missing(Tampered):
+    """The leaf's shard was never written in this key store, though content names it: the store that sealed it was
+    lost or replaced (only a keyring that must not create shards says so: `lethe keys verify`)."""
+
+
 class Unavailable(NotReady):
     """The key provider cannot be reached; nothing was written. Answered 503 with `Retry-After`."""
 

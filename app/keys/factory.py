@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from app.keys.keyring import Keyring
@@ -16,12 +17,21 @@ from app.settings import Settings
 class ProviderBuilder:
     name: str  # what LETHE_KEY_PROVIDER says
     build: Callable[[Settings], KeyProvider]
+    where: Callable[[Settings], str]  # the settings that point at the key store, for an operator's error message
+
+
+def _key_dir(settings: Settings) -> Path:
+    return settings.key_dir or settings.data_dir / "keys"
 
 
 def _local(settings: Settings) -> KeyProvider:
     from app.keys.local import LocalProvider
 
-    return LocalProvider(settings.key_dir or settings.data_dir / "keys")
+    return LocalProvider(_key_dir(settings))
+
+
+def _local_where(settings: Settings) -> str:
+    return f"LETHE_KEY_PROVIDER=local with LETHE_KEY_DIR={_key_dir(settings)}"
 
 
 def _openbao(settings: Settings) -> KeyProvider:
@@ -38,15 +48,25 @@ def _openbao(settings: Settings) -> KeyProvider:
     )
 
 
+def _openbao_where(settings: Settings) -> str:
+    return (f"LETHE_KEY_PROVIDER={settings.key_provider} with LETHE_OPENBAO_ADDRESS={settings.openbao_address} "
+            f"(mount {settings.openbao_kv_mount}, prefix {settings.openbao_prefix})")
+
+
 # Vault's KV engine and OpenBao's answer the same API: two names, one builder.
 PROVIDERS: Final[Registry[ProviderBuilder]] = Registry(
-    "key provider", ProviderBuilder("local", _local), ProviderBuilder("openbao", _openbao),
-    ProviderBuilder("vault", _openbao),
+    "key provider", ProviderBuilder("local", _local, _local_where),
+    ProviderBuilder("openbao", _openbao, _openbao_where), ProviderBuilder("vault", _openbao, _openbao_where),
 )
 
 
 def build_provider(settings: Settings) -> KeyProvider:
     return PROVIDERS.named(settings.key_provider).build(settings)
+
+
+def provider_location(settings: Settings) -> str:
+    """Where the settings point for the key store, as the settings an operator would change."""
+    return PROVIDERS.named(settings.key_provider).where(settings)
 
 
 def build_keyring(settings: Settings) -> Keyring:

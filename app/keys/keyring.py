@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from app.keys import envelope, tree
 from app.keys.cache import KeyCache
 from app.keys.envelope import Binding
-from app.keys.errors import Erased
+from app.keys.errors import Erased, Missing
 from app.keys.provider import Cover, KeyProvider
 
 T = TypeVar("T")
@@ -46,9 +46,12 @@ class Census:
 class Keyring:
     def __init__(
         self, provider: KeyProvider, *, ttl_s: float = 150.0, capacity: int = 100_000,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, creates: bool = True,
     ) -> None:
+        """`creates=False`: a shard never written raises `Missing` instead of being created (to check a key store
+        against the content that names it, without writing to it)."""
         self.provider = provider
+        self.creates = creates
         # Both bounded in time: a shred another process's notification did not reach stops deriving within ttl_s.
         self.covers: KeyCache[Cover] = KeyCache(capacity=max(1, capacity // 64), ttl_s=ttl_s, clock=clock)
         self.ciphers: KeyCache[AESGCM] = KeyCache(capacity=capacity, ttl_s=ttl_s, clock=clock)
@@ -71,6 +74,8 @@ class Keyring:
         async def fetch() -> Cover:
             for _ in range(_ATTEMPTS):
                 cover = await asyncio.to_thread(self.provider.read, tenant, shard)
+                if cover is None and not self.creates:
+                    raise Missing(f"shard {shard} of tenant {tenant!r} is not in the key store")
                 if cover is None:
                     cover = await asyncio.to_thread(self.provider.write, tenant, shard, tree.fresh(), 0)
                 if cover is not None:

@@ -36,6 +36,14 @@ async def create(db: AsyncSession, name: str) -> Tenant | None:
     return None if tenant_id is None else await get(db, tenant_id)
 
 
+async def every(db: AsyncSession, name: str | None = None) -> list[Tenant]:
+    """Every tenant by name (or the one named `name`: none when there is no such tenant)."""
+    query = select(Tenant).order_by(Tenant.name)
+    if name is not None:
+        query = query.where(Tenant.name == name)
+    return list((await db.scalars(query)).all())
+
+
 async def set_webhook_secret(db: AsyncSession, tenant_id: str, secret: str) -> None:
     await db.execute(update(Tenant).where(Tenant.id == tenant_id).values(webhook_secret=secret))
 

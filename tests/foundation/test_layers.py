@@ -12,8 +12,8 @@ Layers, bottom to top (a module may import its own layer and any layer below it)
     4  sessions (the session service: committing transitions, compaction, locking)
     5  forget, policies (the context policy objects: their turn, forget and provenance halves), and the sessions'
        API shapes (a turn's answer can be a forget plan)
-    6  webhooks
-    6  webhooks, openai_compat (the OpenAI-compatible objects over sessions and forgets)
+    6  webhooks, openai_compat (the OpenAI-compatible objects over sessions and forgets), keys.admin (the operator's
+       key commands: they settle forgets' pending shreds, and check every domain's sealed columns)
     7  container (the composition root: builds every service once, injects the policy registry)
     8  web (the HTTP plumbing both front doors share: SSE, consistency, deps, problems, middleware)
     9  the front doors: every domain's endpoints, openai_compat's streaming, mcp, console, health
@@ -50,7 +50,7 @@ LAYERS: dict[str, int] = {
     "app.runtime": 3,
     "app.sessions": 4,
     "app.forget": 5, "app.policies": 5, "app.sessions.schemas": 5,
-    "app.webhooks": 6, "app.openai_compat": 6,
+    "app.webhooks": 6, "app.openai_compat": 6, "app.keys.admin": 6,
     "app.container": 7,
     "app.web": 8,
     **{f"app.{domain}.endpoints": 9 for domain in DOMAINS},

@@ -83,6 +83,28 @@ async def pending_shreds(sql: Sql, *, limit: int) -> list[PendingShred]:
     return [PendingShred(r["id"], r["tenant_id"], list(r["shred_leaves"])) for r in rows]
 
 
+_PENDING_BY_TENANT = Statement(
+    """
+    SELECT tenant_id, count(*) AS jobs, extract(epoch FROM clock_timestamp() - min(created_at)) AS oldest_s
+      FROM forget_jobs
+     WHERE shred_leaves IS NOT NULL AND shredded_at IS NULL
+     GROUP BY tenant_id
+    """
+)
+
+
+@dataclass(frozen=True)
+class PendingSummary:
+    jobs: int
+    oldest_s: float  # the age of the oldest pending shred's job
+
+
+async def pending_shreds_by_tenant(sql: Sql) -> dict[str, PendingSummary]:
+    """Per tenant with any: how many jobs' shreds are pending, and how long the oldest has waited."""
+    rows = await sql.all(_PENDING_BY_TENANT, {})
+    return {r["tenant_id"]: PendingSummary(int(r["jobs"]), float(r["oldest_s"])) for r in rows}
+
+
 async def create(db: AsyncSession, **values: Any) -> ForgetJob:
     row = ForgetJob(**values)
     db.add(row)

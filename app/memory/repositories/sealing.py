@@ -14,6 +14,7 @@ hold plaintext in `value` and read as before until the online migration seals th
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from app.db.statements import Row
 from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased
+from app.keys.sealed import SealedColumn
 
 RECORDS = "memory_records"
 VERSIONS = "memory_versions"
@@ -28,6 +30,21 @@ VERSIONS = "memory_versions"
 
 def binding(tenant_id: str, table: str, namespace: str, key: str, version: int) -> Binding:
     return Binding(tenant_id, table, json.dumps([namespace, key, version]), "value")
+
+
+def _binding_of(table: str) -> Callable[[Row, str], Binding]:
+    def of(row: Row, _column: str) -> Binding:
+        return binding(row["tenant_id"], table, row["namespace"], row["key"], row["version"])
+
+    return of
+
+
+# What `lethe keys verify` checks of memory (app/keys/sealed.py): every head and history row holding a ciphertext.
+SEALED_COLUMNS = (
+    SealedColumn(RECORDS, ("tenant_id", "namespace", "key"), ("value_sealed",), _binding_of(RECORDS),
+                 columns=("version",)),
+    SealedColumn(VERSIONS, ("tenant_id", "namespace", "key", "version"), ("value_sealed",), _binding_of(VERSIONS)),
+)
 
 
 @dataclass(frozen=True)

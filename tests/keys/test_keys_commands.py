@@ -1,0 +1,237 @@
+"""`lethe keys status | rotate | verify` and the key store's identity, against the run's real PostgreSQL and local
+key store: the database records the store it was sealed with and a process pointed at another refuses to start
+(the app's lifespan, a real `lethe serve`, the commands); a pending shred shows until `rotate` settles it; `verify`
+counts what opens, what reads as erased, and fails on a tampered ciphertext or a key missing from the store.
+
+Each test works in a tenant of its own (`--tenant`), so what other tests leave in the shared database (a ciphertext
+moved on purpose, tests/memory/test_memory_at_rest.py) is not counted here. SQL writes only where an attacker with
+the database, or a restored backup, would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import struct
+import subprocess
+import uuid
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from app.cli import cli
+from app.container import build_sealer
+from app.db.database import Database
+from app.db.migrate import upgrade_to_head_async
+from app.forget.repositories import jobs as jobs_repo
+from app.ids import new_id
+from app.keys.errors import Erased
+from app.keys.factory import build_keyring
+from app.keys.identity import KeyStoreMismatch
+from app.keys.local import LocalProvider
+from app.main import create_app
+from app.memory.service import MemoryService
+from app.tenants.service import TenantService
+from bench.serve import LETHE, ROOT, serve_env
+from tests.conftest import make_settings
+from tests.support import free_port, sql
+
+T = TypeVar("T")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _lethe(database_url: str, *args: str, **env: str) -> Result:
+    return CliRunner().invoke(cli, ["keys", *args], env={"LETHE_DATABASE_URL": database_url, **env})
+
+
+@pytest.fixture
+def tenant(database_url: str, data_dir: Path) -> tuple[str, str]:
+    """A tenant of this test's own: (id, name)."""
+    name = "keys-" + uuid.uuid4().hex[:10]
+
+    async def create() -> str:
+        await upgrade_to_head_async(database_url)
+        db = Database(database_url, pool_size=1)
+        try:
+            tenant_id, _ = await TenantService(db).create_tenant(name)
+        finally:
+            await db.close()
+        return tenant_id
+
+    return _run(create()), name
+
+
+def _memory(database_url: str, data_dir: Path, tenant_id: str, writes: list[tuple[str, Any, int]]) -> None:
+    """Writes through the memory service (sealed as the server seals them): (key, value, base version)."""
+
+    async def run() -> None:
+        db = Database(database_url, pool_size=1)
+        try:
+            memory = MemoryService(db, build_sealer(make_settings(data_dir, database_url), db, TenantService(db)))
+            for key, value, base in writes:
+                await memory.write(tenant_id, "ns", key, value=value, source="user", base_version=base)
+        finally:
+            await db.close()
+
+    _run(run())
+
+
+def _leaf(database_url: str, tenant_id: str, key: str) -> int:
+    [row] = sql(database_url, "SELECT leaf FROM memory_records WHERE tenant_id = $1 AND key = $2", tenant_id, key)
+    leaf: int = row["leaf"]
+    return leaf
+
+
+def _verified(database_url: str, name: str) -> tuple[int, dict[str, Any]]:
+    result = _lethe(database_url, "verify", "--tenant", name, "--json")
+    found = json.loads(result.stdout)
+    return result.exit_code, {t["table"]: t for t in found["tables"]}
+
+
+def test_the_database_records_its_key_store_and_a_process_with_another_refuses_to_start(
+    database_url: str, data_dir: Path, tmp_path: Path
+) -> None:
+    assert _lethe(database_url, "status", "--json").exit_code == 0  # records the store if nobody did yet
+    [row] = sql(database_url, "SELECT identity, provider FROM key_store")
+    ours = LocalProvider(Path(os.environ["LETHE_KEY_DIR"])).identity()
+    assert (row["identity"], row["provider"]) == (ours, "local")
+
+    other = tmp_path / "other-keys"  # a wiped or swapped key store: it makes an identity of its own
+    app = create_app(make_settings(data_dir, database_url, key_dir=other))
+
+    async def start() -> None:
+        async with app.router.lifespan_context(app):
+            pass
+
+    with pytest.raises(KeyStoreMismatch) as refused:
+        _run(start())
+    theirs = LocalProvider(other).identity()
+    assert f"sealed with key store {ours} (local)" in str(refused.value)
+    assert f"LETHE_KEY_DIR={other} points at key store {theirs}" in str(refused.value)
+    assert not list(other.glob("*/*.cover"))  # it wrote no cover there
+
+    served = subprocess.run(
+        [*LETHE, "serve"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        env=serve_env(tmp_path / "data", LETHE_DATABASE_URL=database_url, LETHE_KEY_DIR=str(other),
+                      LETHE_PORT=str(free_port())),
+    )
+    assert served.returncode != 0 and f"points at key store {theirs}" in served.stdout + served.stderr
+
+    command = _lethe(database_url, "verify", LETHE_KEY_DIR=str(other))
+    assert command.exit_code == 1 and "was sealed with key store" in command.stderr
+    [again] = sql(database_url, "SELECT identity FROM key_store")
+    assert again["identity"] == ours  # the first store stays the one recorded
+
+
+@contextlib.contextmanager
+def _shreds_held(tenant_id: str) -> Iterator[None]:
+    """Holds the tenant's key store lock: a forget worker of a server sharing the run's database (its retry of every
+    pending shred, each second) waits instead of settling the shred this test wants to see pending."""
+    directory = Path(os.environ["LETHE_KEY_DIR"]) / tenant_id
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _status(database_url: str, name: str) -> dict[str, Any]:
+    result = _lethe(database_url, "status", "--tenant", name, "--json")
+    assert result.exit_code == 0, result.output
+    [line] = json.loads(result.stdout)["tenants"]
+    found: dict[str, Any] = line
+    return found
+
+
+def test_status_shows_a_pending_shred_until_rotate_settles_it(
+    database_url: str, data_dir: Path, tenant: tuple[str, str]
+) -> None:
+    tenant_id, name = tenant
+    _memory(database_url, data_dir, tenant_id, [("city", "Ghent", 0)])
+    leaf = _leaf(database_url, tenant_id, "city")
+    assert _status(database_url, name)["pending_shreds"] == 0
+
+    async def queue_pending() -> None:  # a forget whose shred the provider refused: recorded, never settled
+        db = Database(database_url, pool_size=1)
+        try:
+            async with db.pg() as conn:
+                await jobs_repo.queue(conn, id=new_id("fgt"), tenant_id=tenant_id, strategy="selective_replay",
+                                      target={"memory": "city"}, reason=None, receipt={}, finished=True,
+                                      shred_leaves=[leaf])
+        finally:
+            await db.close()
+
+    with _shreds_held(tenant_id):
+        _run(queue_pending())
+        line = _status(database_url, name)
+        text = _lethe(database_url, "status", "--tenant", name).stdout
+    assert line["pending_shreds"] == 1 and 0 <= line["oldest_pending_s"] < line["horizon_s"]
+    assert (line["shards"], line["present"], line["overdue"]) == (1, 1, False)
+    assert f"{name} ({tenant_id}):" in text and "1 pending shred(s), oldest" in text
+
+    rotated = _lethe(database_url, "rotate", "--json")
+    assert rotated.exit_code == 0, rotated.output
+    assert json.loads(rotated.stdout)["pending"] == 0
+    assert _status(database_url, name)["pending_shreds"] == 0
+    with pytest.raises(Erased):
+        _run(build_keyring(make_settings(data_dir, database_url)).key(tenant_id, leaf))
+    again = _lethe(database_url, "rotate")
+    assert again.exit_code == 0 and "0 pending shred(s) completed" in again.stdout  # idempotent
+
+
+def test_verify_counts_what_opens_and_a_shredded_live_row_as_erased(
+    database_url: str, data_dir: Path, tenant: tuple[str, str]
+) -> None:
+    tenant_id, name = tenant
+    _memory(database_url, data_dir, tenant_id, [("city", "Ghent", 0), ("city", "Bruges", 1), ("diet", "vegan", 0)])
+    code, tables = _verified(database_url, name)
+    assert code == 0
+    assert [tables["memory_records"][o] for o in ("ok", "erased", "missing", "tampered")] == [2, 0, 0, 0]
+    assert [tables["memory_versions"][o] for o in ("ok", "erased", "missing", "tampered")] == [3, 0, 0, 0]
+
+    # What a backup restored from before a forget holds: live rows whose leaf is punctured. Normal: exit 0.
+    keyring = build_keyring(make_settings(data_dir, database_url))
+    _run(keyring.shred(tenant_id, [_leaf(database_url, tenant_id, "city")]))
+    code, tables = _verified(database_url, name)
+    assert code == 0
+    assert (tables["memory_records"]["ok"], tables["memory_records"]["erased"]) == (1, 1)
+    assert (tables["memory_versions"]["ok"], tables["memory_versions"]["erased"]) == (1, 2)
+    assert tables["memory_records"]["examples"]["erased"] == [f"{tenant_id}/ns/city/value_sealed"]
+
+
+def test_verify_fails_on_a_moved_ciphertext_and_on_a_key_missing_from_the_store(
+    database_url: str, data_dir: Path, tenant: tuple[str, str]
+) -> None:
+    tenant_id, name = tenant
+    _memory(database_url, data_dir, tenant_id, [("a", "one", 0), ("b", "two", 0), ("c", "three", 0)])
+    sql(database_url, """
+        UPDATE memory_records SET value_sealed = (SELECT value_sealed FROM memory_records
+                                                   WHERE tenant_id = $1 AND key = 'a'),
+                                  leaf = (SELECT leaf FROM memory_records WHERE tenant_id = $1 AND key = 'a')
+         WHERE tenant_id = $1 AND key = 'b'
+    """, tenant_id)
+    code, tables = _verified(database_url, name)
+    assert code == 1
+    assert (tables["memory_records"]["ok"], tables["memory_records"]["tampered"]) == (2, 1)
+    assert tables["memory_records"]["examples"]["tampered"] == [f"{tenant_id}/ns/b/value_sealed"]
+    text = _lethe(database_url, "verify", "--tenant", name)
+    assert text.exit_code == 1 and "FAILED" in text.stdout
+
+    # A leaf whose shard the key store never held (content sealed under a store since lost): missing, not erased.
+    far = 1 << 40
+    [row] = sql(database_url, "SELECT value_sealed FROM memory_records WHERE tenant_id = $1 AND key = 'c'", tenant_id)
+    moved = bytes(row["value_sealed"])
+    relabelled = moved[:1] + struct.pack(">Q", far) + moved[9:]
+    sql(database_url, "UPDATE memory_records SET value_sealed = $2, leaf = $3 WHERE tenant_id = $1 AND key = 'c'",
+        tenant_id, relabelled, far)
+    code, tables = _verified(database_url, name)
+    assert code == 1 and tables["memory_records"]["missing"] == 1
+    assert not (Path(os.environ["LETHE_KEY_DIR"]) / tenant_id / f"{far >> 12:010d}.cover").exists()  # never created
