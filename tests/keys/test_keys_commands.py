@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import multiprocessing
 import os
+import signal
 import struct
 import subprocess
 import uuid
@@ -40,9 +42,11 @@ from app.memory.service import MemoryService
 from app.tenants.service import TenantService
 from bench.serve import LETHE, ROOT, serve_env
 from tests.conftest import make_settings
+from tests.keys import workers
 from tests.support import free_port, sql
 
 T = TypeVar("T")
+SPAWN = multiprocessing.get_context("spawn")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -159,18 +163,8 @@ def test_status_shows_a_pending_shred_until_rotate_settles_it(
     leaf = _leaf(database_url, tenant_id, "city")
     assert _status(database_url, name)["pending_shreds"] == 0
 
-    async def queue_pending() -> None:  # a forget whose shred the provider refused: recorded, never settled
-        db = Database(database_url, pool_size=1)
-        try:
-            async with db.pg() as conn:
-                await jobs_repo.queue(conn, id=new_id("fgt"), tenant_id=tenant_id, strategy="selective_replay",
-                                      target={"memory": "city"}, reason=None, receipt={}, finished=True,
-                                      shred_leaves=[leaf])
-        finally:
-            await db.close()
-
     with _shreds_held(tenant_id):
-        _run(queue_pending())
+        _queue_pending(database_url, tenant_id, [leaf])
         line = _status(database_url, name)
         text = _lethe(database_url, "status", "--tenant", name).stdout
     assert line["pending_shreds"] == 1 and 0 <= line["oldest_pending_s"] < line["horizon_s"]
@@ -185,6 +179,49 @@ def test_status_shows_a_pending_shred_until_rotate_settles_it(
         _run(build_keyring(make_settings(data_dir, database_url)).key(tenant_id, leaf))
     again = _lethe(database_url, "rotate")
     assert again.exit_code == 0 and "0 pending shred(s) completed" in again.stdout  # idempotent
+
+
+def _queue_pending(database_url: str, tenant_id: str, leaves: list[int]) -> None:
+    """A forget's job whose shred the provider refused: recorded, never settled."""
+
+    async def run() -> None:
+        db = Database(database_url, pool_size=1)
+        try:
+            async with db.pg() as conn:
+                await jobs_repo.queue(conn, id=new_id("fgt"), tenant_id=tenant_id, strategy="selective_replay",
+                                      target={"memory": "city"}, reason=None, receipt={}, finished=True,
+                                      shred_leaves=leaves)
+        finally:
+            await db.close()
+
+    _run(run())
+
+
+@pytest.mark.parametrize("step", ["cover-written", "cover-switched", "cover-destroyed"])
+def test_a_rotate_killed_at_any_step_leaves_verify_clean_and_a_rerun_finishes(
+    database_url: str, data_dir: Path, tenant: tuple[str, str], step: str
+) -> None:
+    tenant_id, name = tenant
+    _memory(database_url, data_dir, tenant_id, [("city", "Ghent", 0), ("diet", "vegan", 0)])
+    leaf = _leaf(database_url, tenant_id, "city")
+    _queue_pending(database_url, tenant_id, [leaf])
+    keys = os.environ["LETHE_KEY_DIR"]
+    reached = SPAWN.Event()
+    child = SPAWN.Process(target=workers.rotate_until, args=(database_url, keys, step, reached))
+    child.start()
+    assert reached.wait(120), "the rotation never reached the step"
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)
+    child.join()
+    assert child.exitcode == -signal.SIGKILL
+
+    code, tables = _verified(database_url, name)  # the survivor opens; the shredded leaf is erased or not yet
+    assert code == 0 and tables["memory_records"]["ok"] >= 1 and tables["memory_records"]["tampered"] == 0
+    rotated = _lethe(database_url, "rotate", "--json")
+    assert rotated.exit_code == 0 and json.loads(rotated.stdout)["pending"] == 0
+    code, tables = _verified(database_url, name)
+    assert code == 0 and (tables["memory_records"]["ok"], tables["memory_records"]["erased"]) == (1, 1)
+    assert sorted(p.name for p in (Path(keys) / tenant_id).iterdir()) == [".lock", f"{0:010d}.cover"]
 
 
 def test_verify_counts_what_opens_and_a_shredded_live_row_as_erased(

@@ -51,3 +51,26 @@ def shred_until(directory: str, tenant: str, leaves: list[int], step: str, reach
             threading.Event().wait()
 
     asyncio.run(Keyring(LocalProvider(Path(directory), on_step=on_step)).shred(tenant, leaves))
+
+
+def rotate_until(database_url: str, directory: str, step: str, reached: Event) -> None:
+    """`lethe keys rotate`'s work over the real database, parked for good right after `step` is durable."""
+    from app.db.database import Database
+    from app.forget.shredding import Shredder
+    from app.keys.admin import KeyAdmin
+    from app.keys.content import Sealer
+    from app.keys.leaves import Leaves
+    from app.tenants.service import TenantService
+
+    def on_step(name: str) -> None:
+        if name == step:
+            reached.set()
+            threading.Event().wait()
+
+    async def run() -> None:
+        db = Database(database_url, pool_size=1)
+        provider = LocalProvider(Path(directory), on_step=on_step)
+        sealer = Sealer(Keyring(provider), Leaves(TenantService(db).reserve_leaves))
+        await KeyAdmin(db, provider, Shredder(db, sealer), horizon_s=300).rotate()
+
+    asyncio.run(run())
