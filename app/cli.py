@@ -37,9 +37,13 @@ def serve() -> None:
 
     settings = settings_from_env()
     if settings.http_workers > 1:
+        from app.keys.identity import KeyStoreMismatch
         from app.serving import serve_with_workers
 
-        serve_with_workers(settings)
+        try:
+            serve_with_workers(settings)
+        except KeyStoreMismatch as exc:  # checked once, before any worker starts: one message, no traceback
+            _fail(exc)
         return
     # uvicorn handles SIGTERM (graceful shutdown, bounded by LETHE_SHUTDOWN_GRACE_S), then raises it again once it
     # is done; with the default disposition that kills the interpreter before its exit handlers run, and the

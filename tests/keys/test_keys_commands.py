@@ -123,12 +123,13 @@ def test_the_database_records_its_key_store_and_a_process_with_another_refuses_t
     assert f"LETHE_KEY_DIR={other} points at key store {theirs}" in str(refused.value)
     assert not list(other.glob("*/*.cover"))  # it wrote no cover there
 
-    served = subprocess.run(
-        [*LETHE, "serve"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-        env=serve_env(tmp_path / "data", LETHE_DATABASE_URL=database_url, LETHE_KEY_DIR=str(other),
-                      LETHE_PORT=str(free_port())),
-    )
-    assert served.returncode != 0 and f"points at key store {theirs}" in served.stdout + served.stderr
+    for http_workers in ("1", "2"):  # uvicorn's lifespan, and the supervisor of several workers before it starts any
+        served = subprocess.run(
+            [*LETHE, "serve"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+            env=serve_env(tmp_path / "data", LETHE_DATABASE_URL=database_url, LETHE_KEY_DIR=str(other),
+                          LETHE_PORT=str(free_port()), LETHE_HTTP_WORKERS=http_workers),
+        )
+        assert served.returncode != 0 and f"points at key store {theirs}" in served.stdout + served.stderr
 
     command = _lethe(database_url, "verify", LETHE_KEY_DIR=str(other))
     assert command.exit_code == 1 and "was sealed with key store" in command.stderr
