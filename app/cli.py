@@ -123,12 +123,12 @@ def _with_tenants(settings: Settings, action: Callable[[TenantService], Awaitabl
 def _with_keys(settings: Settings, action: Callable[[KeyAdmin], Awaitable[T]]) -> T:
     """`action` on the key store the settings name, once it is known to be the one the database was sealed with."""
     from app.container import build_key_admin
-    from app.keys.factory import build_provider
     from app.keys.identity import check_key_store
 
     async def run(db: Database) -> T:
-        await check_key_store(db, build_provider(settings), settings)
-        return await action(build_key_admin(settings, db))
+        admin = build_key_admin(settings, db)
+        await check_key_store(db, admin.provider, settings)
+        return await action(admin)
 
     return _with_database(settings, run)
 
@@ -196,20 +196,20 @@ def _keys(action: Callable[[KeyAdmin], Awaitable[T]]) -> T:
 @keys_cli.command("status")
 def keys_status(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """Per tenant: leaves, shards in the key store, pending shreds and the oldest one's age against the horizon."""
-    from app.keys import admin as report
+    from app.keys.admin import status_json, status_text
 
     lines = _keys(lambda admin: admin.status(tenant))
-    typer.echo(report.status_json(lines) if as_json else report.status_text(lines))
+    typer.echo(status_json(lines) if as_json else status_text(lines))
 
 
 @keys_cli.command("rotate")
 def keys_rotate(as_json: JsonOption = False) -> None:
     """Run every pending shred now and sweep every shard of what killed writes left. Idempotent.
     Exits 1 when some shred is still pending (the key provider refused it)."""
-    from app.keys import admin as report
+    from app.keys.admin import rotation_json, rotation_text
 
     done = _keys(lambda admin: admin.rotate())
-    typer.echo(report.rotation_json(done) if as_json else report.rotation_text(done))
+    typer.echo(rotation_json(done) if as_json else rotation_text(done))
     if done.pending:
         raise typer.Exit(code=1)
 
@@ -217,10 +217,10 @@ def keys_rotate(as_json: JsonOption = False) -> None:
 @keys_cli.command("verify")
 def keys_verify(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """Open every ciphertext a live row holds. Exits 1 when one is tampered or its key is missing from the store."""
-    from app.keys import admin as report
+    from app.keys.admin import verify_json, verify_text
 
     found = _keys(lambda admin: admin.verify(tenant))
-    typer.echo(report.verify_json(found) if as_json else report.verify_text(found))
+    typer.echo(verify_json(found) if as_json else verify_text(found))
     if not found.healthy:
         raise typer.Exit(code=1)
 
