@@ -16,6 +16,7 @@ from app.db.database import Database
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
+from app.keys.errors import Tampered
 from app.keys.keyring import Keyring
 from app.keys.provider import KeyProvider
 from app.keys.sealed import SealedColumn
@@ -39,6 +40,7 @@ class TenantKeys:
     leaves: int  # handed out so far (the tenant's leaf counter)
     shards: int  # the shards those leaves fall in
     present: int  # of those, the shards whose cover is in the key store (a shard is written on its first key)
+    damaged: int  # shards whose cover is there but is not a whole cover (Tampered: `lethe keys verify` says what)
     pending_shreds: int  # forget jobs whose leaves are not punctured yet
     oldest_pending_s: float | None
     horizon_s: int
@@ -76,12 +78,15 @@ class KeyAdmin:
         lines = []
         for tenant_id, name, leaves in await self._tenants(tenant):
             shards = _shards(leaves)
-            present = 0
+            present = damaged = 0
             for shard in range(shards):
-                present += await asyncio.to_thread(self.provider.read, tenant_id, shard) is not None
+                try:
+                    present += await asyncio.to_thread(self.provider.read, tenant_id, shard) is not None
+                except Tampered:  # counted, so the status of every other shard and tenant is still shown
+                    damaged += 1
             waiting = pending.get(tenant_id)
             lines.append(TenantKeys(
-                tenant_id, name, leaves, shards, present, waiting.jobs if waiting else 0,
+                tenant_id, name, leaves, shards, present, damaged, waiting.jobs if waiting else 0,
                 waiting.oldest_s if waiting else None, self.horizon_s,
             ))
         return lines
@@ -128,7 +133,9 @@ def status_text(lines: list[TenantKeys]) -> str:
             f"{t.pending_shreds} pending shred(s), oldest {_age(t.oldest_pending_s or 0.0)}"
             + (f": PAST THE ERASURE HORIZON ({t.horizon_s} s)" if t.overdue else f" (horizon {t.horizon_s} s)")
         )
-        out.append(f"{t.name} ({t.id}): {t.leaves} leaves, {t.present}/{t.shards} shards in the key store, {pending}")
+        damaged = f" ({t.damaged} DAMAGED)" if t.damaged else ""
+        out.append(f"{t.name} ({t.id}): {t.leaves} leaves, {t.present}/{t.shards} shards in the key store{damaged}, "
+                   f"{pending}")
     return "\n".join(out)
 
 

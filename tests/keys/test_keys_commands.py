@@ -169,7 +169,7 @@ def test_status_shows_a_pending_shred_until_rotate_settles_it(
         line = _status(database_url, name)
         text = _lethe(database_url, "status", "--tenant", name).stdout
     assert line["pending_shreds"] == 1 and 0 <= line["oldest_pending_s"] < line["horizon_s"]
-    assert (line["shards"], line["present"], line["overdue"]) == (1, 1, False)
+    assert (line["shards"], line["present"], line["damaged"], line["overdue"]) == (1, 1, 0, False)
     assert f"{name} ({tenant_id}):" in text and "1 pending shred(s), oldest" in text
 
     rotated = _lethe(database_url, "rotate", "--json")
