@@ -159,8 +159,13 @@ class ForgetService:
             provided = {**receipt.provided, tool_call_id: content}
             resumed = receipt.model_copy(update={"provided": provided, "pending": None})
             await jobs_repo.requeue_with(tx, job_id, resumed.stored())
+            # The answer is the job as this request left it (queued), read before any worker is woken: read after,
+            # it would say whatever a worker had made of it meanwhile.
+            requeued = await jobs_repo.get(tx, tenant_id, job_id)
+            assert requeued is not None  # locked above
+            view = view_of(requeued)
         self.notify()
-        return await self.get(tenant_id, job_id)
+        return view
 
     async def validate(self, tenant_id: str, target: Target, strategy: ForgetStrategy) -> None:
         """What `submit` checks before queueing, for callers that queue themselves (404, 422, 503)."""
