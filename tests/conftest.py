@@ -45,6 +45,37 @@ def _interrupt(signum: int, _frame: object) -> None:
 # handlers stop every embedded PostgreSQL the run started. With the default disposition they would outlive it.
 signal.signal(signal.SIGTERM, _interrupt)
 
+# `make test` runs two workers (pytest-xdist, `--dist loadfile --no-loadscope-reorder`): a worker that runs dry takes
+# the next file in this order. The longest files go first, so the run does not end with one worker inside a long
+# file while the other idles. Seconds per file, measured with `--durations=0` (docs/performance.md, Suite time);
+# the order only changes how long the run takes, and every other file keeps its place after these.
+LONGEST_FILES = {
+    "tests/fleet/test_fleet.py": 184,
+    "tests/engine_vllm/test_vllm_local.py": 143,
+    "tests/forget/test_forget_exactness.py": 122,
+    "tests/engine_vllm/test_vllm_forget_salt.py": 118,
+    "tests/eval/test_eval_smoke.py": 116,
+    "tests/retrieval/test_retrieval_forget.py": 106,
+    "tests/foundation/test_serve_process.py": 101,
+    "tests/engine_vllm/test_vllm_forget_api.py": 97,
+    "tests/foundation/test_schemathesis.py": 86,
+    "tests/forget/test_verified_replay.py": 85,
+    "tests/engine_vllm/test_vllm_remote.py": 77,
+    "tests/engine/test_hf_exactness.py": 70,
+    "tests/engine_vllm/test_vllm_scheduler.py": 63,
+    "tests/forget/test_forget_concurrency.py": 62,
+    "tests/openai_compat/test_agents_sdk.py": 57,
+    "tests/client/test_frameworks.py": 55,
+    "tests/forget/test_forget_tools.py": 54,
+    "tests/foundation/test_http_workers.py": 50,
+    "tests/forget/test_exactness_workers.py": 50,
+}
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: -LONGEST_FILES.get(item.path.relative_to(_ROOT).as_posix(), 0))  # stable
+
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
