@@ -127,6 +127,11 @@ class Artifact(Base):
     __table_args__ = (
         UniqueConstraint("session_id", "position"),
         CheckConstraint("token_start >= 0 AND token_end >= token_start", name="token_span"),
+        # Migration 0017: text in exactly one form, tokens and embedding in at most one, a sealed row names its leaf.
+        CheckConstraint("(content IS NULL) <> (content_sealed IS NULL)", name="one_content"),
+        CheckConstraint("token_ids IS NULL OR token_ids_sealed IS NULL", name="one_token_ids"),
+        CheckConstraint("embedding IS NULL OR embedding_sealed IS NULL", name="one_embedding"),
+        CheckConstraint("(content_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
         Index("ix_artifacts_session_id_turn", "session_id", "turn"),
         Index("ix_artifacts_source_ids", "source_ids", postgresql_using="gin"),
         # which sessions a memory record reached: asked by every memory forget (app/forget/cascade.py)
@@ -142,16 +147,24 @@ class Artifact(Base):
     position: Mapped[int] = mapped_column(Integer, nullable=False)
     kind: Mapped[str] = mapped_column(String(20), nullable=False)
     turn: Mapped[int] = mapped_column(Integer, nullable=False)
-    content: Mapped[str] = mapped_column(Text, nullable=False)
+    # Plaintext of rows written before migration 0017 (the online migration seals them); new rows hold their text,
+    # tokens and embedding only in the `*_sealed` columns, under `leaf`, the artifact's own
+    # (app/sessions/repositories/sealing.py). The repositories open them into `content` and `token_ids` of the
+    # objects they return (never flushed back): everything above them sees plaintext, hence the non-optional types.
+    content: Mapped[str] = mapped_column(Text, nullable=True)
     token_start: Mapped[int] = mapped_column(Integer, nullable=False)
     token_end: Mapped[int] = mapped_column(Integer, nullable=False)
-    token_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=False, default=list)
+    token_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=True)
     source_ids: Mapped[list[str]] = mapped_column(ARRAY(String(40)), nullable=False, default=list)
     committed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     meta: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     # The compaction transition that took this artifact out of the live prompt (kept: a forget may replay it).
     archived_by: Mapped[int | None] = mapped_column(Integer)
     embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
+    content_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    token_ids_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian int32
+    embedding_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian float32
+    leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = _created_at()
 
 
