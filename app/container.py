@@ -77,6 +77,7 @@ class Container:
             keyring, Leaves(self.tenants.reserve_leaves),
             announce=lambda tenant_id, leaves: announce_shred(self.db, tenant_id, leaves),
         )
+        self.db.seal_with(sealer)  # session content is sealed in the artifact repositories (their unit of work)
         self.shredder = Shredder(self.db, sealer)
         self.job_events = JobEvents(self.db.pg_url, self.forget_wake, shredded=sealer.forget_cached)
         policies = build_policies()  # the one registry, handed to everything that resolves a session's policy

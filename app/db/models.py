@@ -166,6 +166,8 @@ class Artifact(Base):
     embedding_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian float32
     leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = _created_at()
+    # Not a column: set by the repository that opened the row when its leaf was shredded (no text, no tokens).
+    erased = False
 
 
 class ProvenanceEdge(Base):
