@@ -93,6 +93,7 @@ class Container:
         executor = ForgetExecutor(
             self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies,
             lock_timeout_s=settings.forget_lock_timeout_s, replay_verify=settings.replay_verify, horizon_s=horizon_s,
+            shredder=self.shredder,
         )
         # A forget's cascade is the selective-replay job over every session the record was injected into, queued in
         # the tombstone's transaction (finished there when it reached none); it shreds once the tombstone committed.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import String, delete, func, insert, literal, select, update
@@ -224,26 +224,41 @@ async def edges_from_turn(db: AsyncSession, session_id: str, turn: int) -> list[
     return [(p, c) for p, c in (await db.execute(stmt)).all()]
 
 
-async def delete_from_turn(db: AsyncSession, session_id: str, turn: int) -> list[int]:
-    """Delete the artifacts of transitions ≥ `turn` (their provenance edges go with them, ON DELETE CASCADE); the
-    leaves they were sealed under, read in the clear, for the forget to shred."""
+@dataclass(frozen=True)
+class Retired:
+    """What a write took out of the store: the leaves its sealed content was under, read in the clear (the forget
+    shreds them once it committed), and how many artifacts it erased were plaintext from before migration 0017 (their
+    copies stay in dead tuples, WAL and backups: no shred reaches them, so the forget promises nothing at rest)."""
+
+    leaves: list[int] = field(default_factory=list)
+    plaintext: int = 0
+
+    def add(self, other: Retired) -> Retired:
+        return Retired([*self.leaves, *other.leaves], self.plaintext + other.plaintext)
+
+
+def _retired(leaves: Sequence[int | None]) -> Retired:
+    return Retired([leaf for leaf in leaves if leaf is not None], sum(leaf is None for leaf in leaves))
+
+
+async def delete_from_turn(db: AsyncSession, session_id: str, turn: int) -> Retired:
+    """Delete the artifacts of transitions ≥ `turn` (their provenance edges go with them, ON DELETE CASCADE)."""
     stmt = delete(Artifact).where(Artifact.session_id == session_id, Artifact.turn >= turn).returning(Artifact.leaf)
-    return [leaf for (leaf,) in (await db.execute(stmt)).all() if leaf is not None]
+    return _retired((await db.execute(stmt)).scalars().all())
 
 
-async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> list[int]:
-    """Delete these artifacts; their leaves, as `delete_from_turn`."""
+async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> Retired:
     if not ids:
-        return []
+        return Retired()
     stmt = (
         delete(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_(list(ids))).returning(Artifact.leaf)
     )
-    return [leaf for (leaf,) in (await db.execute(stmt)).all() if leaf is not None]
+    return _retired((await db.execute(stmt)).scalars().all())
 
 
-async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> list[int]:
+async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> Retired:
     """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are. Returns
-    the leaves retired, for the forget to shred.
+    what it retired, for the forget to shred.
 
     A row whose text or tokens changed is sealed under a fresh leaf: its old ciphertexts, in every copy of the
     database, must stop opening, so its old leaf is retired (and its embedding with it). A row whose span or meta
@@ -251,18 +266,17 @@ async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, An
     becomes (`embedding`: the new vector, or None to have it recomputed on demand): the old vector would keep the
     forgotten text's meaning searchable."""
     if not rows:
-        return []
+        return Retired()
     sealer = sealer_of(db)
     stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_([row["id"] for row in rows]))
     current = {a.id: a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars()))}
-    retired: list[int] = []
+    retired = Retired()
     for row in rows:
         old = current[row["id"]]
         values: dict[str, Any] = {"token_start": row["token_start"], "token_end": row["token_end"], "meta": row["meta"]}
         leaf = old.leaf
         if old.erased or old.content != row["content"] or list(old.token_ids) != list(row["token_ids"]):
-            if leaf is not None:
-                retired.append(leaf)
+            retired = retired.add(_retired([leaf]))
             leaf = await sealer.leaf(old.tenant_id, session_id)
             values.update(await seal_content(sealer, leaf, old.tenant_id, old.id, row["content"], row["token_ids"]))
             values.update(await seal_vector(sealer, leaf, old.tenant_id, old.id, row.get("embedding")))
