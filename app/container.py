@@ -88,6 +88,7 @@ class Container:
         settings = self.settings
         horizon_s = settings.erasure_horizon_s
         self.sealer = sealer = build_sealer(settings, self.db, self.tenants)
+        self.db.seal_with(sealer)  # session content is sealed in the artifact repositories (their unit of work)
         self.shredder = Shredder(self.db, sealer)
         self.job_events = JobEvents(self.db.pg_url, self.forget_wake, shredded=sealer.forget_cached)
         policies = build_policies()  # the one registry, handed to everything that resolves a session's policy
@@ -103,6 +104,7 @@ class Container:
         executor = ForgetExecutor(
             self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies,
             lock_timeout_s=settings.forget_lock_timeout_s, replay_verify=settings.replay_verify, horizon_s=horizon_s,
+            shredder=self.shredder,
         )
         # A forget's cascade is the selective-replay job over every session the record was injected into, queued in
         # the tombstone's transaction (finished there when it reached none); it shreds once the tombstone committed.

@@ -231,10 +231,14 @@ def rewired(container: Any, **settings: Any) -> Any:
     handles and embedder): the settings → services wiring `lethe serve` uses, with a knob turned for a test."""
     from app.container import Container
 
-    return Container(
+    built = Container(
         settings=container.settings.model_copy(update=settings), db=container.db, metrics=container.metrics,
         engine=container.engine, tenants=container.tenants, handles=container.handles, embedder=container.embedder,
     )
+    # Building it bound its Sealer to the shared database's units of work (Database.seal_with): the live server's
+    # routes must keep opening session content with the server's own.
+    container.db.seal_with(container.sealer)
+    return built
 
 
 def sealer_of(server: Any, db: Any) -> Any:
@@ -258,3 +262,48 @@ def cache_key(database_url: str, session_id: str) -> str:
 
     [row] = sql(database_url, "SELECT tenant_id FROM sessions WHERE id = $1", session_id)
     return session_route(row["tenant_id"], session_id)
+
+
+
+def stored_artifacts(database_url: str, where: str, *args: Any) -> list[dict[str, Any]]:
+    """Rows of `artifacts` (`where`: the SQL after `FROM artifacts`) with their text, token ids and embedding (a list
+    of floats, or None) opened by a fresh
+    keyring over the run's key store (LETHE_KEY_DIR, tests/conftest.py): what the database holds, read as the service
+    reads it (a row from before migration 0017 as its plaintext; a row whose leaf was shredded with `erased` set)."""
+    import os
+    from pathlib import Path
+
+    import numpy as np
+
+    from app.keys.errors import Erased
+    from app.keys.keyring import Keyring
+    from app.keys.local import LocalProvider
+    from app.sessions.repositories.sealing import binding
+
+    keyring = Keyring(LocalProvider(Path(os.environ["LETHE_KEY_DIR"])), ttl_s=60.0)
+
+    async def run() -> list[dict[str, Any]]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = [dict(r) for r in await conn.fetch(f"SELECT * FROM artifacts {where}", *args)]
+        finally:
+            await conn.close()
+        for row in rows:
+            row["erased"] = False
+            if row["leaf"] is None:
+                row["embedding"] = None if row["embedding"] is None else [float(x) for x in row["embedding"]]
+                continue
+            tenant_id, artifact_id = row["tenant_id"], row["id"]
+            try:
+                text = await keyring.unseal(binding(tenant_id, artifact_id, "content"), row["content_sealed"])
+                tokens = await keyring.unseal(binding(tenant_id, artifact_id, "token_ids"), row["token_ids_sealed"])
+            except Erased:
+                row["erased"] = True
+                continue
+            row["content"], row["token_ids"] = text.decode(), np.frombuffer(tokens, dtype="<i4").tolist()
+            if row["embedding_sealed"] is not None:
+                vector = await keyring.unseal(binding(tenant_id, artifact_id, "embedding"), row["embedding_sealed"])
+                row["embedding"] = np.frombuffer(vector, dtype="<f4").tolist()
+        return rows
+
+    return asyncio.run(run())

@@ -1,3 +1,5 @@
 """Persistence: SQLAlchemy 2 async over asyncpg, PostgreSQL with pgvector, Alembic migrations."""
 
-from app.db import thread_models as thread_models  # the thread tables join `Base` wherever the models are loaded
+# The thread and OpenAI tables join `Base` wherever the models are loaded.
+from app.db import openai_models as openai_models
+from app.db import thread_models as thread_models

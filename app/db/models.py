@@ -47,7 +47,8 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-def _created_at() -> Mapped[datetime]:
+def created_now() -> Mapped[datetime]:
+    """A creation time the database stamps (`now()` at insert)."""
     return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
@@ -60,7 +61,7 @@ class Tenant(Base):
     webhook_secret: Mapped[str | None] = mapped_column(Text)
     # The first leaf of its key tree no process has reserved (migration 0015, app/keys/leaves.py).
     next_leaf: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_now()
 
     __table_args__ = (CheckConstraint("next_leaf >= 0", name="next_leaf_not_negative"),)
 
@@ -86,7 +87,7 @@ class ApiKey(Base):
     # SHA-256 of the key: keys are 32 random bytes, so a fast hash is enough and lookups stay one index probe.
     key_sha256: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
     label: Mapped[str | None] = mapped_column(String(200))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_now()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
@@ -127,7 +128,7 @@ class AgentSession(Base):
     )
     turns: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     token_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_now()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now(), onupdate=func.now()
     )
@@ -140,6 +141,11 @@ class Artifact(Base):
     __table_args__ = (
         UniqueConstraint("session_id", "position"),
         CheckConstraint("token_start >= 0 AND token_end >= token_start", name="token_span"),
+        # Migration 0017: text in exactly one form, tokens and embedding in at most one, a sealed row names its leaf.
+        CheckConstraint("(content IS NULL) <> (content_sealed IS NULL)", name="one_content"),
+        CheckConstraint("token_ids IS NULL OR token_ids_sealed IS NULL", name="one_token_ids"),
+        CheckConstraint("embedding IS NULL OR embedding_sealed IS NULL", name="one_embedding"),
+        CheckConstraint("(content_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
         Index("ix_artifacts_session_id_turn", "session_id", "turn"),
         Index("ix_artifacts_source_ids", "source_ids", postgresql_using="gin"),
         # which sessions a memory record reached: asked by every memory forget (app/forget/cascade.py)
@@ -155,17 +161,27 @@ class Artifact(Base):
     position: Mapped[int] = mapped_column(Integer, nullable=False)
     kind: Mapped[str] = mapped_column(String(20), nullable=False)
     turn: Mapped[int] = mapped_column(Integer, nullable=False)
-    content: Mapped[str] = mapped_column(Text, nullable=False)
+    # Plaintext of rows written before migration 0017 (the online migration seals them); new rows hold their text,
+    # tokens and embedding only in the `*_sealed` columns, under `leaf`, the artifact's own
+    # (app/sessions/repositories/sealing.py). The repositories open them into `content` and `token_ids` of the
+    # objects they return (never flushed back): everything above them sees plaintext, hence the non-optional types.
+    content: Mapped[str] = mapped_column(Text, nullable=True)
     token_start: Mapped[int] = mapped_column(Integer, nullable=False)
     token_end: Mapped[int] = mapped_column(Integer, nullable=False)
-    token_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=False, default=list)
+    token_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), nullable=True)
     source_ids: Mapped[list[str]] = mapped_column(ARRAY(String(40)), nullable=False, default=list)
     committed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     meta: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     # The compaction transition that took this artifact out of the live prompt (kept: a forget may replay it).
     archived_by: Mapped[int | None] = mapped_column(Integer)
     embedding: Mapped[list[float] | None] = mapped_column(Vector(EMBEDDING_DIM))
-    created_at: Mapped[datetime] = _created_at()
+    content_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    token_ids_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian int32
+    embedding_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian float32
+    leaf: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = created_now()
+    # Not a column: set by the repository that opened the row when its leaf was shredded (no text, no tokens).
+    erased = False
 
 
 class ProvenanceEdge(Base):
@@ -192,7 +208,7 @@ class Checkpoint(Base):
     token_offset: Mapped[int] = mapped_column(Integer, nullable=False)
     env_snapshot_id: Mapped[str | None] = mapped_column(String(40))
     manifest_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_now()
 
 
 class EnvSnapshot(Base):
@@ -205,7 +221,7 @@ class EnvSnapshot(Base):
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
     turn: Mapped[int] = mapped_column(Integer, nullable=False)
     state: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_now()
 
 
 class ToolExecution(Base):
@@ -252,11 +268,11 @@ class MemoryRecord(Base):
     source: Mapped[str] = mapped_column(String(100), nullable=False)
     # Where a value written back by a session came from: {"session_id", "artifact_id"} (None: written by a client).
     provenance: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    updated_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = created_now()
     # Time to live (migration 0013): the lifetime a write or a refreshing read restarts, and when it runs out.
     ttl_s: Mapped[float | None] = mapped_column(Float)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _created_at()  # when the key's current life began (after its last tombstone)
+    created_at: Mapped[datetime] = created_now()  # when the key's current life began (after its last tombstone)
 
 
 class MemoryVersion(Base):
@@ -283,7 +299,7 @@ class MemoryVersion(Base):
     value_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     leaf: Mapped[int | None] = mapped_column(BigInteger)  # kept after a forget erased the value: a number, no content
     source: Mapped[str] = mapped_column(String(100), nullable=False)
-    at: Mapped[datetime] = _created_at()
+    at: Mapped[datetime] = created_now()
 
 
 class ForgetJob(Base):
@@ -323,7 +339,7 @@ class ForgetJob(Base):
     # when they were punctured in the key provider (None: pending, the forget worker retries).
     shred_leaves: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))
     shredded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _created_at()
+    created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -336,59 +352,4 @@ class WebhookDelivery(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
     webhook_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     forget_id: Mapped[str | None] = mapped_column(ForeignKey("forget_jobs.id", ondelete="SET NULL"))
-    received_at: Mapped[datetime] = _created_at()
-
-
-class OpenAIConversation(Base):
-    """An OpenAI-compatible conversation (app/openai_compat/): one session, plus the client's metadata. Its items
-    are the session's artifacts, read by reference, so a forget leaves nothing of an item here."""
-
-    __tablename__ = "openai_conversations"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
-    session_id: Mapped[str] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, unique=True
-    )
-    meta: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
-    created_at: Mapped[datetime] = _created_at()
-
-
-class OpenAIResponse(Base):
-    """An OpenAI-compatible response: which session transition it was, and the request's parameters. Its input and
-    output are that transition's artifacts, read by reference (ids only here), so a forget rewrites them too."""
-
-    __tablename__ = "openai_responses"
-    __table_args__ = (Index("ix_openai_responses_session_id_turn", "session_id", "turn"),)
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
-    conversation_id: Mapped[str | None] = mapped_column(
-        ForeignKey("openai_conversations.id", ondelete="CASCADE")
-    )
-    turn: Mapped[int] = mapped_column(Integer, nullable=False)
-    previous_response_id: Mapped[str | None] = mapped_column(String(40))
-    # model, temperature, top_p, max_output_tokens, tools, metadata (what the client sent; no item text).
-    params: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
-    usage: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
-    created_at: Mapped[datetime] = _created_at()
-
-
-class OpenAIChatHead(Base):
-    """Chat Completions reuse: the digest of the message list a client will resend (its history plus the answer it
-    got) → the session holding that history. The row dies with the reply artifact it ends on (a forget that rewrites
-    the history deletes that artifact), so no digest of a forgotten message outlives the forget."""
-
-    __tablename__ = "openai_chat_heads"
-    __table_args__ = (UniqueConstraint("tenant_id", "digest"),)
-
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False)
-    digest: Mapped[str] = mapped_column(String(64), nullable=False)
-    reply_artifact_id: Mapped[str] = mapped_column(
-        ForeignKey("artifacts.id", ondelete="CASCADE"), nullable=False, index=True
-    )
-    turn: Mapped[int] = mapped_column(Integer, nullable=False)
-    epoch: Mapped[int] = mapped_column(Integer, nullable=False)
-    created_at: Mapped[datetime] = _created_at()
+    received_at: Mapped[datetime] = created_now()

@@ -41,6 +41,7 @@ from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, Session
 from app.forget.replay import NeedsInput, Rebuilt
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.session_work import SessionWork
+from app.forget.shredding import Shredder
 from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
@@ -50,6 +51,7 @@ from app.observability.metrics import Metrics
 from app.runtime.routing import session_route
 from app.runtime.transition import Machinery
 from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.repositories.artifacts import Retired
 from app.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class ForgetExecutor:
         lock_timeout_s: float = 120.0,
         replay_verify: bool = True,
         horizon_s: int = DEFAULT_HORIZON_S,
+        shredder: Shredder | None = None,
     ) -> None:
         self.db = db
         self.slot = engine
@@ -79,7 +82,9 @@ class ForgetExecutor:
         self.policies = policies
         self.lock_timeout_s = lock_timeout_s
         self.replay_verify = replay_verify  # LETHE_REPLAY_VERIFY: replays verify recorded replies (engine/verify.py)
-        self.horizon_s = horizon_s  # recorded on the cascade jobs of derived records (their shreds: the worker's)
+        self.horizon_s = horizon_s  # promised on receipts, and recorded on the cascade jobs of derived records
+        # Shreds the leaves of the artifacts a job erased once its last swap committed (None: the worker's sweep).
+        self.shredder = shredder
 
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
         started = time.monotonic()
@@ -144,7 +149,9 @@ class ForgetExecutor:
                 if waited.calls:  # an engine that measures its queue (hf, in-process vllm; a fleet does not)
                     self.metrics.forget_engine_wait.labels(priority=level.label).observe(waited.seconds)
                 async with lease.commit() as (tx, locked):
-                    entry = await swap_in(tx, locked, found, change, policy.forget, Yardstick.of(self.slot.engine))
+                    entry, retired = await swap_in(
+                        tx, locked, found, change, policy.forget, Yardstick.of(self.slot.engine)
+                    )
                     entry = entry.model_copy(update={"exactness": self.slot.engine.exactness})
                     derived = []
                     if strategy.cleans_derived_memory:
@@ -162,10 +169,13 @@ class ForgetExecutor:
                         "committed_side_effects": [
                             *receipt.committed_side_effects, *side_effects(session_id, rebuilt.committed_dropped)
                         ],
+                        "erasure_horizon_s": _promise(receipt, retired, self.horizon_s),
                     })
                     if await jobs_repo.lock_owned(tx, job.id, owner) is None:
                         raise LeaseLost(job.id)
                     await jobs_repo.save_receipt(tx, job.id, updated.stored())
+                    # With the swap: a copy of the session taken after this commit holds only ciphertext under them.
+                    await jobs_repo.add_shred_leaves(tx, job.id, retired.leaves)
         except SessionBusy:
             raise Retry(f"session {session_id} is busy") from None
         except NeedsInput:
@@ -215,6 +225,7 @@ class ForgetExecutor:
         started: float, *, error: str | None,
     ) -> JobView:
         status = "failed" if error is not None else "succeeded"
+        await self._shred(job)
         final = receipt.model_copy(update={
             "provided": {},  # the client's answers now live in the sessions, or nowhere
             "pending": None,
@@ -239,6 +250,16 @@ class ForgetExecutor:
                    "sessions": len(final.sessions), "duration_ms": duration_ms},
         )
         return view_of(row)
+
+    async def _shred(self, job: ForgetJob) -> None:
+        """Settle the leaves the job's swaps recorded (each committed with its swap) before the job reads as ended,
+        so that it ends `at_rest: complete`; with the provider down the shred stays pending for the worker's sweep."""
+        if self.shredder is None:
+            return
+        async with self.db.transaction() as tx:
+            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+        if row is not None and row.shred_leaves and row.shredded_at is None:
+            await self.shredder.settle(row.tenant_id, row.id, list(row.shred_leaves))
 
     async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
         """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""
@@ -269,6 +290,16 @@ class ForgetExecutor:
         for kind, count in counts:
             self.metrics.forget_tokens.labels(strategy=strategy, kind=kind).inc(max(0, count or 0))
         self.metrics.forget_full_reset.labels(strategy=strategy).inc(max(0, tokens.full_reset_estimate))
+
+
+def _promise(receipt: JobReceipt, retired: Retired, horizon_s: int) -> int | None:
+    """The horizon the receipt promises at rest after one more session's swap: none once any swap of the job erased
+    plaintext from before migration 0017 (its copies stay on disk whatever is shredded); a memory cascade job keeps
+    what its tombstone promised."""
+    if retired.plaintext:
+        return None
+    first = not receipt.sessions and receipt.memory is None
+    return horizon_s if first else receipt.erasure_horizon_s
 
 
 def _elapsed_ms(started: float, receipt: JobReceipt) -> int:

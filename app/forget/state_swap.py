@@ -24,6 +24,7 @@ from app.runtime.writes import write_step
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories import tools as tools_repo
+from app.sessions.repositories.artifacts import Retired
 
 
 def session_entry(
@@ -42,9 +43,9 @@ def session_entry(
 
 async def swap_in(
     tx: AsyncSession, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy, yardstick: Yardstick
-) -> SessionEntry:
+) -> tuple[SessionEntry, Retired]:
     """Write `change` in the session's transaction and return the session's receipt entry, its costs measured with
-    the engine's `yardstick`."""
+    the engine's `yardstick`, and what the swap retired from the store (leaves to shred once it committed)."""
     rows = found.live_rows  # the live state (archived originals are history)
     before = _digest(rows)
     log_before = [t for r in sorted(rows, key=lambda r: r.position) for t in r.token_ids]
@@ -57,7 +58,7 @@ async def swap_in(
         epoch_after=session.epoch, state_before=before, state_after=before,
     )
     if change is None:
-        return entry
+        return entry, Retired()
     epoch = session.epoch + 1
     checkpoint = None
     if isinstance(change, Rebuilt):
@@ -68,13 +69,13 @@ async def swap_in(
     else:
         turns = session.turns
     if isinstance(change, Rebuilt):
-        await clear_suffix(tx, session.id, change.from_turn)
+        retired = await clear_suffix(tx, session.id, change.from_turn)
         for rebuilt in change.steps:  # the turn's own writer, transition by transition
             await write_step(tx, session.id, rebuilt)
         if session.tools:
             await tools_repo.link_checkpoints(tx, session.id, max(0, change.from_turn - 1))
     else:
-        await rewrite_in_place(tx, session.id, InPlace(
+        retired = await rewrite_in_place(tx, session.id, InPlace(
             deleted=change.deleted, updated=change.updated, inserted=change.inserted, edges=change.edges,
             first_turn=change.first_turn,
         ))
@@ -90,7 +91,7 @@ async def swap_in(
     return entry.model_copy(update={
         "tokens": tokens, "transitions_replayed": change.transitions, "checkpoint": checkpoint, "epoch_after": epoch,
         "state_sha256_after": _digest(after), "replay_modes": dict(change.modes),
-    })
+    }), retired
 
 
 def _digest(rows: Sequence[Artifact]) -> str:

@@ -22,9 +22,10 @@ from app.keys.provider import KeyProvider
 from app.keys.sealed import SealedColumn
 from app.keys.verify import OUTCOMES, VerifyReport
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
+from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY,)
+SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS)
 
 
 class UnknownTenant(LookupError):

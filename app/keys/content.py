@@ -4,8 +4,8 @@ A repository that stores content a user or a model wrote (a memory value first; 
 blobs next, issue 42) is handed the process's `Sealer` by the composition root. It asks for a leaf per erasure unit
 (`leaf`), seals under it with a `Binding` naming where the bytes go, opens what it reads (`Erased` when a forget
 punctured the leaf: the caller renders the content as erased), and a forget `shred`s the leaves it erased. Services
-and endpoints never see a ciphertext; everything here speaks JSON values, the form content has above the
-repositories.
+and endpoints never see a ciphertext; everything here speaks JSON values (a memory value) or the bytes a repository
+packs its content into (an artifact's text, token ids and embedding).
 """
 
 from __future__ import annotations
@@ -44,11 +44,19 @@ class Sealer:
         """`value` as JSON, sealed under `leaf` for the place `binding` names; `Unavailable` when the leaf's cover is
         not cached and the provider is down (nothing is written then), `Erased` when the leaf is punctured."""
         plaintext = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-        return await self.keyring.seal(leaf, binding, plaintext)
+        return await self.seal_bytes(leaf, binding, plaintext)
 
     async def open_json(self, binding: Binding, ciphertext: bytes) -> Any:
         """The value sealed there; `Erased` when its leaf was shredded, `Tampered` when the bytes were moved."""
-        return json.loads(await self.keyring.unseal(binding, bytes(ciphertext)))
+        return json.loads(await self.open_bytes(binding, ciphertext))
+
+    async def seal_bytes(self, leaf: int, binding: Binding, plaintext: bytes) -> bytes:
+        """`plaintext` sealed under `leaf` for the place `binding` names (errors as `seal_json`'s)."""
+        return await self.keyring.seal(leaf, binding, plaintext)
+
+    async def open_bytes(self, binding: Binding, ciphertext: bytes) -> bytes:
+        """The bytes sealed there (errors as `open_json`'s)."""
+        return await self.keyring.unseal(binding, bytes(ciphertext))
 
     async def punctured(self, tenant: str, leaves: Iterable[int]) -> set[int]:
         """Which of `leaves` no longer derive a key (to leave their units out without opening them)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from app.db.models import AgentSession, Artifact, OpenAIResponse
+from app.db.models import AgentSession, Artifact
+from app.db.openai_models import OpenAIResponse
 from app.errors import NotFound
 from app.ids import has_prefix
 from app.openai_compat.errors import BadParameter

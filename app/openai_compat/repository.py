@@ -8,7 +8,9 @@ from typing import Any
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Artifact, OpenAIChatHead, OpenAIConversation, OpenAIResponse
+from app.db.models import Artifact
+from app.db.openai_models import OpenAIChatHead, OpenAIConversation, OpenAIResponse
+from app.sessions.repositories.sealing import open_artifacts
 
 
 async def add(db: AsyncSession, row: Any) -> None:
@@ -50,14 +52,14 @@ async def response(db: AsyncSession, tenant_id: str, response_id: str) -> OpenAI
 async def at_turn(db: AsyncSession, session_id: str, turn: int) -> list[Artifact]:
     """A transition's artifacts (archived ones too: a compaction later does not change what a response was)."""
     stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.turn == turn).order_by(Artifact.position)
-    return list((await db.execute(stmt)).scalars())
+    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
 
 
 async def artifacts(db: AsyncSession, session_id: str, ids: Sequence[str]) -> list[Artifact]:
     if not ids:
         return []
     stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_(list(ids)))
-    return list((await db.execute(stmt.order_by(Artifact.position))).scalars())
+    return await open_artifacts(db, list((await db.execute(stmt.order_by(Artifact.position))).scalars()))
 
 
 async def head(db: AsyncSession, tenant_id: str, digest: str) -> OpenAIChatHead | None:

@@ -30,7 +30,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.database import Database
-from app.db.models import AgentSession, Artifact, OpenAIConversation, OpenAIResponse
+from app.db.models import AgentSession, Artifact
+from app.db.openai_models import OpenAIConversation, OpenAIResponse
 from app.engine.protocol import TokenSink
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound

@@ -209,7 +209,11 @@ class ArtifactOut(BaseModel):
     id: str
     kind: ArtifactKind
     turn: int
-    content: str
+    content: str | None = Field(description="The artifact's text; null when `erased`")
+    erased: bool = Field(
+        default=False,
+        description="Its keys were destroyed by a forget (a database restored from a backup taken before the forget)",
+    )
     token_span: tuple[int, int] = Field(description="[start, end) in the session's token log; live spans tile it")
     parents: list[str] = Field(description="The stored provenance parents (the transitive reduction of the context)")
     source_ids: list[str] = Field(description="The observations this artifact derives from (itself, if one)")

@@ -1,15 +1,13 @@
 """the key store this database's content was sealed with
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-12-07
 
 Erasure at rest (docs/erasure-at-rest.md, "keys are never lost by accident"). A wiped or swapped key store reads as
 "never written": a process would start fresh covers, and every ciphertext sealed before would fail as tampered. So
 the database records the identity of the key store (`KeyProvider.identity()`) the first process started with, and a
 process whose provider answers another one refuses to start (app/keys/identity.py). One row, made by the first start.
-
-Revises 0016 while migration 0017 (sealed artifacts) is written beside it; it is rebased onto 0017 when both merge.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | None = "0016"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import sql
+from tests.support import sql, stored_artifacts
 
 SYSTEM = "You are a helpful personal assistant. Answer briefly."
 Script = list[list[dict[str, Any]]]  # one list of inputs per turn; [] = an empty transition
@@ -49,7 +49,7 @@ def shape(items: list[dict[str, Any]], database_url: str) -> list[tuple[str, int
     """What must equal between a forgotten session and its counterfactual, token for token: kind, transition,
     content, span and token ids of every artifact (ids differ: the counterfactual is another session). The API does
     not show token ids, so they are read from the table."""
-    rows = sql(database_url, "SELECT id, token_ids FROM artifacts WHERE id = ANY($1::text[])", [a["id"] for a in items])
+    rows = stored_artifacts(database_url, "WHERE id = ANY($1::text[])", [a["id"] for a in items])
     tokens = {r["id"]: list(r["token_ids"]) for r in rows}
     return [(a["kind"], a["turn"], a["content"], a["token_span"], tokens[a["id"]]) for a in items]
 
@@ -101,13 +101,11 @@ def tables_holding(database_url: str, needle: str, within: str | None = None) ->
 
 def recorded_rows(database_url: str, session_id: str, below_turn: int) -> list[dict[str, Any]]:
     """The session's artifacts of the transitions before `below_turn`, as the tables hold them (`meta` parsed)."""
-    rows = sql(
-        database_url,
-        "SELECT id, kind, turn, position, content, token_start, token_end, token_ids, source_ids, committed, "
-        "archived_by, meta FROM artifacts WHERE session_id = $1 AND turn < $2 ORDER BY position",
-        session_id, below_turn,
-    )
-    return [{**dict(r), "meta": json.loads(r["meta"])} for r in rows]
+    names = ("id", "kind", "turn", "position", "content", "token_start", "token_end", "token_ids", "source_ids",
+             "committed", "archived_by", "meta")
+    where = "WHERE session_id = $1 AND turn < $2 ORDER BY position"
+    rows = stored_artifacts(database_url, where, session_id, below_turn)
+    return [{**{n: r[n] for n in names}, "meta": json.loads(r["meta"])} for r in rows]
 
 
 def provenance_parents(database_url: str, session_id: str) -> dict[str, set[str]]:

@@ -12,7 +12,7 @@ import httpx
 from app.db.embedded import start_embedded_postgres
 from bench.serve import LetheServer
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, post_turn, run_script, shape, user, wait_job
-from tests.support import BOOTSTRAP_KEY, HeldLock, lethe_serve, sql, wait_waiting
+from tests.support import BOOTSTRAP_KEY, HeldLock, lethe_serve, sql, stored_artifacts, wait_waiting
 
 SAMPLING = {"temperature": 0, "max_tokens": 8, "seed": 5}  # short replies: the barriers, not slowness, force the races
 SECRET = "passport X1234567"
@@ -112,8 +112,8 @@ def test_a_job_survives_a_crash_before_its_swap_commits(tmp_path: Path) -> None:
         assert sql(database_url, "SELECT status FROM sessions WHERE id = $1", session_id)[0]["status"] == "forgetting"
         # the session is exactly as it was: nothing of the half-done forget committed
         assert sql(database_url, "SELECT epoch FROM sessions WHERE id = $1", session_id)[0]["epoch"] == 0
-        holding = "SELECT count(*) AS n FROM artifacts WHERE session_id = $1 AND strpos(content, $2) > 0"
-        assert sql(database_url, holding, session_id, SECRET)[0]["n"] > 0
+        holding = stored_artifacts(database_url, "WHERE session_id = $1", session_id)
+        assert [a for a in holding if SECRET in a["content"]]
         # Restarted, the new process takes the job over once the dead one's lease expires.
         second = lethe_serve(database_url, tmp_path, **lease)
         second.wait_ready()

@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support import sql
+from tests.support import sql, stored_artifacts
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 SAMPLING: dict[str, Any] = {"temperature": 0.8, "top_p": 0.95, "max_output_tokens": 8}
@@ -77,8 +77,7 @@ def test_deleting_an_item_leaves_the_conversation_that_never_had_it(
         assert SECRET not in oai.responses.retrieve(response.id).to_json()
     assert SECRET not in json.dumps([dict(r) for r in sql(
         database_url, "SELECT * FROM openai_responses WHERE session_id = $1", session)], default=str)
-    assert not sql(database_url, "SELECT 1 FROM artifacts WHERE session_id = $1 AND content LIKE $2",
-                   session, f"%{SECRET}%")
+    assert not [a for a in stored_artifacts(database_url, "WHERE session_id = $1", session) if SECRET in a["content"]]
 
 
 def test_items_paginate_in_both_orders_and_metadata_updates(oai: openai.OpenAI) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.forget.forget_helpers import artifacts
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
-from tests.support import problem, sql
+from tests.support import problem, stored_artifacts
 
 
 def test_reply_parents_are_exactly_the_retrieved_messages(client: httpx.Client, database_url: str) -> None:
@@ -28,9 +28,9 @@ def test_reply_parents_are_exactly_the_retrieved_messages(client: httpx.Client, 
     dep = descendants(client, session_id, ids["paris"])
     assert ids["home.reply"] in dep and ids["music.reply"] not in dep
     # Every message carries its 384-dimension embedding; the system prompt (always in context) needs none.
-    query = "SELECT kind, vector_dims(embedding) AS d FROM artifacts WHERE session_id = $1"
-    rows = sql(database_url, query, session_id)
-    assert {r["kind"]: r["d"] for r in rows} == {"system": None, "user": 384, "assistant": 384}
+    rows = stored_artifacts(database_url, "WHERE session_id = $1", session_id)
+    dims = {r["kind"]: None if r["embedding"] is None else len(r["embedding"]) for r in rows}
+    assert dims == {"system": None, "user": 384, "assistant": 384}
 
 
 def test_similarity_floor_and_top_k_bound_the_context(client: httpx.Client) -> None:

@@ -14,7 +14,7 @@ import httpx
 from app.embeddings import MiniLMEmbedder
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
-from tests.support import HeldLock, lethe_serve, problem, sql, wait_waiting
+from tests.support import HeldLock, lethe_serve, problem, stored_artifacts, wait_waiting
 
 PARIS = "I live in Paris."
 
@@ -88,13 +88,13 @@ def test_selective_replay_equals_the_session_that_never_saw_the_message(
 def test_text_target_sanitizes_the_message_and_re_embeds_it(client: httpx.Client, database_url: str) -> None:
     messages = [("code", "My locker code is 4417-XK and I like green tea."), ("tea", "What do I like to drink?")]
     session_id, ids = retrieval_session(client, messages, top_k=2)
-    before = sql(database_url, "SELECT embedding::text AS e FROM artifacts WHERE id = $1", ids["code"])[0]["e"]
+    before = stored_artifacts(database_url, "WHERE id = $1", ids["code"])[0]["embedding"]
     job = forget(client, {"session_id": session_id, "text": "4417-XK"}, strategy="delete_dependents", wait=True)
     assert job["status"] == "succeeded", job
     items = {a["id"]: a for a in artifacts(client, session_id)}
     assert items[ids["code"]]["content"] == "My locker code is  and I like green tea."
     assert ids["code.reply"] not in items  # it answered the original message
-    after = sql(database_url, "SELECT embedding::text AS e FROM artifacts WHERE id = $1", ids["code"])[0]["e"]
+    after = stored_artifacts(database_url, "WHERE id = $1", ids["code"])[0]["embedding"]
     assert after is not None and after != before  # the vector of the forgotten text is gone with it
     assert tables_holding(database_url, "4417-XK") == []
 

@@ -20,7 +20,7 @@ from app.runtime.records import stored_log
 from app.sessions.repositories import artifacts as artifacts_repo
 from tests.conftest import LiveServer, make_settings
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import BOOTSTRAP_KEY, cache_key, problem, sql
+from tests.support import BOOTSTRAP_KEY, cache_key, problem, sealer_of, sql, stored_artifacts
 
 
 def _manifest(items: list[dict[str, Any]]) -> str:
@@ -123,9 +123,10 @@ def test_a_failed_model_call_writes_nothing_and_rewinds_the_handle(
     assert sql(database_url, "SELECT count(*) AS n FROM checkpoints WHERE session_id = $1", sid)[0]["n"] == 3
 
 
-def _log_until(database_url: str, sid: str, last_turn: int) -> StoredLog:
+def _log_until(server: LiveServer, database_url: str, sid: str, last_turn: int) -> StoredLog:
     async def load() -> StoredLog:
         db = Database(database_url, pool_size=1)
+        db.seal_with(sealer_of(server, db))  # another process of the deployment: it opens what the server sealed
         try:
             async with db.transaction() as tx:
                 log = await artifacts_repo.load_log(tx, sid)
@@ -136,9 +137,8 @@ def _log_until(database_url: str, sid: str, last_turn: int) -> StoredLog:
     return asyncio.run(load())
 
 
-def _replies(database_url: str, sid: str) -> list[list[int]]:
-    rows = sql(database_url, "SELECT token_ids FROM artifacts WHERE session_id = $1 AND kind = 'assistant' "
-                             "ORDER BY position", sid)
+def _replies(server: LiveServer, database_url: str, sid: str) -> list[list[int]]:
+    rows = stored_artifacts(database_url, "WHERE session_id = $1 AND kind = 'assistant' ORDER BY position", sid)
     return [list(r["token_ids"]) for r in rows]
 
 
@@ -166,7 +166,8 @@ def _replay(engine: KVEngine, live: CacheHandle, prefix: StoredLog, steps: list[
 
 
 def test_crop_and_replay_reproduces_the_counterfactual_session(
-    client: httpx.Client, database_url: str, server_engine: KVEngine, server_handles: LocalSessionCaches
+    client: httpx.Client, live_server: LiveServer, database_url: str, server_engine: KVEngine,
+    server_handles: LocalSessionCaches,
 ) -> None:
     """What selective replay will do with this runtime's records: crop the real session to the end of τ-1 and replay
     τ..T with the target dropped (here an empty transition at τ = 2): the replies equal the counterfactual session's
@@ -180,8 +181,8 @@ def test_crop_and_replay_reproduces_the_counterfactual_session(
     turn(client, counterfactual, user(script[0]))
     turn(client, counterfactual, generate=False)
     turn(client, counterfactual, user(script[2]))
-    expected = _replies(database_url, counterfactual)[1:]
-    prefix = _log_until(database_url, real, 1)
+    expected = _replies(live_server, database_url, counterfactual)[1:]
+    prefix = _log_until(live_server, database_url, real, 1)
     live = server_handles.peek(cache_key(database_url, real))
     assert live is not None
     steps = [(3, [Observation("user", script[2])])]
@@ -190,7 +191,8 @@ def test_crop_and_replay_reproduces_the_counterfactual_session(
 
 
 def test_replay_from_session_start_reproduces_a_sanitized_document(
-    client: httpx.Client, database_url: str, server_engine: KVEngine, server_handles: LocalSessionCaches
+    client: httpx.Client, live_server: LiveServer, database_url: str, server_engine: KVEngine,
+    server_handles: LocalSessionCaches,
 ) -> None:
     """τ = 1: the restore point is the end of transition 0, whose system block was never prefilled alone; the
     replayed first call prefills it with the sanitized document, exactly as the counterfactual session did."""
@@ -206,12 +208,12 @@ def test_replay_from_session_start_reproduces_a_sanitized_document(
         return sid
 
     real, counterfactual = run(bill), run(clean)
-    prefix = _log_until(database_url, real, 0)
+    prefix = _log_until(live_server, database_url, real, 0)
     live = server_handles.peek(cache_key(database_url, real))
     assert live is not None
     steps = [(1, [Observation("user", "Read my bill."), Observation("document", clean, {"source": "file://b.txt"})]),
              (2, [Observation("user", ask)])]
-    expected = _replies(database_url, counterfactual)
+    expected = _replies(live_server, database_url, counterfactual)
     for forked in (True, False):
         assert _replay(server_engine, live, prefix, steps, sampling, forked) == expected
 

@@ -8,7 +8,7 @@ import httpx
 
 from app.engine.protocol import KVEngine
 from tests.runtime.runtime_helpers import artifacts, assert_tiles, create_session, session, turn, user
-from tests.support import problem, sql
+from tests.support import problem, sql, stored_artifacts
 
 
 def test_turns_reuse_the_prefix_tile_the_log_and_taint_later_replies(client: httpx.Client) -> None:
@@ -96,7 +96,7 @@ def test_generate_false_records_observations_and_the_next_reply_depends_on_them(
     assert {doc["id"], tool["id"]} <= set(answer["source_ids"])
 
 
-def test_rendering_of_documents_and_tool_results(client: httpx.Client, database_url: str,
+def test_rendering_of_documents_and_tool_results(client: httpx.Client, database_url: str, live_server: Any,
                                                  server_engine: KVEngine) -> None:
     """The documented rendering: a document is a user block with a source header, a tool result a tool block
     without the call id (ids are random: a replay could not reproduce a prompt holding one)."""
@@ -104,7 +104,7 @@ def test_rendering_of_documents_and_tool_results(client: httpx.Client, database_
     turn(client, sid, {"type": "document", "content": "Page text.", "source": "https://example.org"},
          {"type": "document", "content": "No source."},
          {"type": "tool_result", "tool_call_id": "call_1", "content": "42"}, generate=False)
-    rows = sql(database_url, "SELECT kind, token_ids FROM artifacts WHERE session_id = $1 ORDER BY position", sid)
+    rows = stored_artifacts(database_url, "WHERE session_id = $1 ORDER BY position", sid)
     chat = server_engine.chat
     expected = chat.render_block("user", "Document (source: https://example.org):\nPage text.")
     assert list(rows[1]["token_ids"]) == expected
@@ -113,12 +113,12 @@ def test_rendering_of_documents_and_tool_results(client: httpx.Client, database_
 
 
 def test_a_stop_string_cut_keeps_tokens_and_content_in_agreement(client: httpx.Client, database_url: str,
-                                                                  server_engine: KVEngine) -> None:
+                                                                  live_server: Any, server_engine: KVEngine) -> None:
     sid = create_session(client, sampling={"temperature": 0, "max_tokens": 24, "seed": 2, "stop": [" "]})
     t = turn(client, sid, user("Write a long sentence about the sea."))
     content = t["reply"]["content"]
     assert " " not in content and t["reply"]["finish_reason"] == "stop"
-    row = sql(database_url, "SELECT content, token_ids FROM artifacts WHERE id = $1", t["reply"]["artifact_id"])[0]
+    row = stored_artifacts(database_url, "WHERE id = $1", t["reply"]["artifact_id"])[0]
     chat = server_engine.chat
     assert row["content"] == content
     assert list(row["token_ids"]) == [*chat.assistant_header(), *chat.encode(content), *chat.end_of_turn()]

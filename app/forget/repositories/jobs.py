@@ -7,12 +7,13 @@ only delays the job. Every lookup a client's id reaches is tenant scoped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, literal, or_, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import BigInteger, and_, cast, func, literal, or_, select, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ForgetJob, WebhookDelivery
@@ -244,6 +245,19 @@ async def requeue_with(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -
 
 async def save_receipt(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
     await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(receipt=receipt))
+
+
+async def add_shred_leaves(db: AsyncSession, job_id: str, leaves: Sequence[int]) -> None:
+    """Leaves one more swap of the job erased, to shred once it committed; the job's shred is pending again (a
+    memory forget's cascade job may have shredded its record's leaf already: shredding that again is a no-op)."""
+    if leaves:
+        await db.execute(
+            update(ForgetJob).where(ForgetJob.id == job_id).values(
+                shred_leaves=func.array_cat(func.coalesce(ForgetJob.shred_leaves, cast([], ARRAY(BigInteger))),
+                                            cast(list(leaves), ARRAY(BigInteger))),
+                shredded_at=None,
+            )
+        )
 
 
 async def queue_depth(db: AsyncSession) -> int:

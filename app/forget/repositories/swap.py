@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories import tools as tools_repo
+from app.sessions.repositories.artifacts import Retired
 
 
 @dataclass(frozen=True)
@@ -39,23 +40,27 @@ class Swapped:
     system_prompt: str | None
 
 
-async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -> None:
-    await artifacts_repo.delete_ids(tx, session_id, change.deleted)  # their edges go with them
-    await artifacts_repo.rewrite(tx, session_id, change.updated)
-    await artifacts_repo.insert_artifacts(tx, change.inserted)
+async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -> Retired:
+    """The change written; what it retired (deleted artifacts, and the old text of rewritten ones) to shred."""
+    retired = await artifacts_repo.delete_ids(tx, session_id, change.deleted)  # their edges go with them
+    retired = retired.add(await artifacts_repo.rewrite(tx, session_id, change.updated))
+    await artifacts_repo.insert_artifacts(tx, change.inserted)  # sealed under fresh leaves
     await artifacts_repo.insert_edges(tx, change.edges)
     if change.first_turn is not None:
         # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
         await sessions_repo.delete_checkpoints_from(tx, session_id, change.first_turn)
+    return retired
 
 
-async def clear_suffix(tx: AsyncSession, session_id: str, from_turn: int) -> None:
+async def clear_suffix(tx: AsyncSession, session_id: str, from_turn: int) -> Retired:
     """Everything transitions ≥ `from_turn` wrote, gone, and what their compactions archived live again (a replay
-    runs those compactions again)."""
+    runs those compactions again); what it retired, to shred (the replay writes its transitions as new rows under
+    fresh leaves, so nothing of the old suffix stays readable in any copy once the shred ran)."""
     await artifacts_repo.unarchive_from(tx, session_id, from_turn)
-    await artifacts_repo.delete_from_turn(tx, session_id, from_turn)
+    retired = await artifacts_repo.delete_from_turn(tx, session_id, from_turn)
     await sessions_repo.delete_checkpoints_from(tx, session_id, from_turn)
     await tools_repo.delete_environments_from(tx, session_id, from_turn)
+    return retired
 
 
 async def record_swap(tx: AsyncSession, session_id: str, state: Swapped) -> None:

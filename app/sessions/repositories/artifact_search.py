@@ -1,16 +1,27 @@
-"""SQL for finding artifacts by meaning or by words: pgvector similarity over stored embeddings (retrieval sessions'
-context, query targets of a forget) and PostgreSQL full-text search (keyword targets). Callers have checked the
-session's tenant."""
+"""Finding artifacts by meaning or by words: cosine similarity over their embeddings (retrieval sessions' context,
+query targets of a forget) and PostgreSQL full-text search (keyword targets). Callers have checked the session's
+tenant.
+
+Embeddings and text are sealed at rest (app/sessions/repositories/sealing.py), so the database can no longer rank or
+match them: the session's candidate rows are selected (the session index finds them), opened here, and ranked in
+the process, an exact scan as before (exact top-k is what makes a reply's context reproducible). Full-text matching
+keeps PostgreSQL's semantics (English stemming, web-search syntax) by running the same functions over the opened
+texts passed as a statement parameter: nothing is written, so no plaintext reaches a table, an index or the WAL.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, select, update
+import numpy as np
+from sqlalchemy import ARRAY, Text, bindparam, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact
+from app.keys.errors import Erased
+from app.sessions.repositories.sealing import open_artifacts, open_text, open_vector, seal_vector, sealer_of
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,41 @@ class Neighbor:
     similarity: float
 
 
+_EMBEDDED = or_(Artifact.embedding.is_not(None), Artifact.embedding_sealed.is_not(None))
+_UNEMBEDDED = (Artifact.embedding.is_(None)) & (Artifact.embedding_sealed.is_(None))
+
+
+async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], min_similarity: float
+                  ) -> list[tuple[float, Any]]:
+    """(similarity, row) of the embedded rows `where` selects whose cosine similarity to `vector` is at least
+    `min_similarity`, most similar first, ties in log order. Rows whose leaf was shredded are left out."""
+    stmt = select(
+        Artifact.id, Artifact.tenant_id, Artifact.kind, Artifact.turn, Artifact.position, Artifact.source_ids,
+        Artifact.content, Artifact.content_sealed, Artifact.embedding, Artifact.embedding_sealed,
+    ).where(*where, _EMBEDDED).order_by(Artifact.position)
+    sealer = sealer_of(db)
+    rows, vectors = [], []
+    for row in (await db.execute(stmt)).all():
+        try:
+            opened = await open_vector(sealer, row.tenant_id, row.id, row.embedding, row.embedding_sealed)
+        except Erased:
+            continue
+        if opened is not None:
+            rows.append(row)
+            vectors.append(opened)
+    if not rows:
+        return []
+    # pgvector's `<=>` in double precision over the stored float32 vectors: 1 - a·b / (|a| |b|).
+    matrix = np.asarray(vectors, dtype=np.float64)
+    query = np.asarray(vector, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        similarity = np.clip(matrix @ query / norms, -1.0, 1.0)
+    order = sorted((i for i in range(len(rows)) if 1.0 - similarity[i] <= 1.0 - min_similarity),
+                   key=lambda i: (1.0 - similarity[i], rows[i].position))
+    return [(float(similarity[i]), rows[i]) for i in order]
+
+
 async def nearest_messages(
     db: AsyncSession,
     session_id: str,
@@ -38,87 +84,75 @@ async def nearest_messages(
     exclude: Sequence[str] = (),
 ) -> list[Neighbor]:
     """The `top_k` live messages of transitions before `before_turn` most similar to `vector` (cosine, at least
-    `min_similarity`), nearest first, ties broken by log order. An exact scan of the session's rows (they are found by
-    the session index): exact top-k is what makes a reply's context reproducible, and an approximate index filtered
-    to one session can return fewer than k rows."""
-    distance = Artifact.embedding.cosine_distance(vector)
-    stmt = (
-        select(
-            Artifact.id, Artifact.kind, Artifact.turn, Artifact.position, Artifact.content, Artifact.source_ids,
-            (1.0 - distance).label("similarity"),
-        )
-        .where(
-            Artifact.session_id == session_id,
-            Artifact.archived_by.is_(None),
-            Artifact.kind.in_(list(kinds)),
-            Artifact.turn < before_turn,
-            Artifact.embedding.is_not(None),
-            distance <= 1.0 - min_similarity,
-        )
-        .order_by(distance, Artifact.position)
-        .limit(top_k)
-    )
-    if exclude:
-        stmt = stmt.where(Artifact.id.not_in(list(exclude)))
-    return [
-        Neighbor(r.id, r.kind, r.turn, r.position, r.content, list(r.source_ids), float(r.similarity))
-        for r in (await db.execute(stmt)).all()
+    `min_similarity`), nearest first, ties broken by log order: an exact scan of the session's rows."""
+    where = [
+        Artifact.session_id == session_id,
+        Artifact.archived_by.is_(None),
+        Artifact.kind.in_(list(kinds)),
+        Artifact.turn < before_turn,
     ]
+    if exclude:
+        where.append(Artifact.id.not_in(list(exclude)))
+    sealer = sealer_of(db)
+    out = []
+    for similarity, r in (await _ranked(db, where, vector, min_similarity))[:top_k]:
+        content = await open_text(sealer, r.tenant_id, r.id, r.content, r.content_sealed)
+        out.append(Neighbor(r.id, r.kind, r.turn, r.position, content, list(r.source_ids), similarity))
+    return out
 
 
 async def unembedded(db: AsyncSession, session_id: str, kinds: Sequence[str]) -> list[Artifact]:
     """Live artifacts of `kinds` without an embedding (new, or rewritten by a forget)."""
     stmt = select(Artifact).where(
-        Artifact.session_id == session_id,
-        Artifact.archived_by.is_(None),
-        Artifact.embedding.is_(None),
-        Artifact.kind.in_(list(kinds)),
+        Artifact.session_id == session_id, Artifact.archived_by.is_(None), _UNEMBEDDED, Artifact.kind.in_(list(kinds))
     )
-    return list((await db.execute(stmt)).scalars())
+    return [a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars())) if not a.erased]
+
+
+_TEXT_MATCHES = text(
+    "SELECT t.ord FROM unnest(:bodies) WITH ORDINALITY AS t(body, ord)"
+    " WHERE to_tsvector('english', t.body) @@ websearch_to_tsquery('english', :keyword) ORDER BY t.ord"
+).bindparams(bindparam("bodies", type_=ARRAY(Text)))
 
 
 async def keyword_matches(db: AsyncSession, session_id: str, keyword: str, kinds: Sequence[str]) -> list[str]:
     """Live artifacts of `kinds` matching `keyword` under PostgreSQL full-text search (English stemming, web-search
     syntax: `guitar`, `"live in Paris"`, `guitar or piano`), in log order."""
-    query = func.websearch_to_tsquery("english", keyword)
-    stmt = (
-        select(Artifact.id)
-        .where(
-            Artifact.session_id == session_id,
-            Artifact.archived_by.is_(None),
-            Artifact.kind.in_(list(kinds)),
-            func.to_tsvector("english", Artifact.content).op("@@")(query),
-        )
-        .order_by(Artifact.position)
-    )
-    return list((await db.execute(stmt)).scalars())
+    stmt = select(Artifact).where(
+        Artifact.session_id == session_id, Artifact.archived_by.is_(None), Artifact.kind.in_(list(kinds))
+    ).order_by(Artifact.position)
+    rows = [a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars())) if not a.erased]
+    if not rows:
+        return []
+    hits = await db.execute(_TEXT_MATCHES, {"bodies": [a.content for a in rows], "keyword": keyword})
+    return [rows[ordinal - 1].id for (ordinal,) in hits.all()]
 
 
 async def unembedded_observations(db: AsyncSession, session_id: str, model_kinds: Sequence[str]) -> list[Artifact]:
     stmt = select(Artifact).where(
-        Artifact.session_id == session_id, Artifact.embedding.is_(None), Artifact.kind.not_in(list(model_kinds))
+        Artifact.session_id == session_id, _UNEMBEDDED, Artifact.kind.not_in(list(model_kinds))
     )
-    return list((await db.execute(stmt)).scalars())
+    return [a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars())) if not a.erased]
 
 
 async def set_embeddings(db: AsyncSession, vectors: dict[str, list[float]]) -> None:
-    for artifact_id, vector in vectors.items():
-        await db.execute(update(Artifact).where(Artifact.id == artifact_id).values(embedding=vector))
+    """Each artifact's vector, sealed under its leaf (as plaintext on a row from before migration 0017)."""
+    if not vectors:
+        return
+    sealer = sealer_of(db)
+    stmt = select(Artifact.id, Artifact.tenant_id, Artifact.leaf).where(Artifact.id.in_(list(vectors)))
+    for artifact_id, tenant_id, leaf in (await db.execute(stmt)).all():
+        vector = vectors[artifact_id]
+        if leaf is None:
+            values: dict[str, Any] = {"embedding": vector}
+        else:
+            values = await seal_vector(sealer, leaf, tenant_id, artifact_id, vector)
+        await db.execute(update(Artifact).where(Artifact.id == artifact_id).values(**values))
 
 
 async def similar_observations(
     db: AsyncSession, session_id: str, vector: list[float], min_similarity: float, model_kinds: Sequence[str]
 ) -> list[str]:
-    """Observations whose cosine similarity to `vector` is at least `min_similarity` (pgvector `<=>`)."""
-    distance = Artifact.embedding.cosine_distance(vector)
-    stmt = (
-        select(Artifact.id)
-        .where(
-            Artifact.session_id == session_id,
-            Artifact.kind.not_in(list(model_kinds)),
-            Artifact.embedding.is_not(None),
-            distance <= 1.0 - min_similarity,
-        )
-        .order_by(distance)
-    )
-    return list((await db.execute(stmt)).scalars())
+    """Observations whose cosine similarity to `vector` is at least `min_similarity`, most similar first."""
+    where = [Artifact.session_id == session_id, Artifact.kind.not_in(list(model_kinds))]
+    return [row.id for _, row in await _ranked(db, where, vector, min_similarity)]

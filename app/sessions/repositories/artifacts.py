@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import String, delete, func, insert, literal, select, update
@@ -14,6 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ProvenanceEdge
 from app.db.statements import InSession, Sql, Statement
+from app.sessions.repositories.sealing import (
+    open_artifacts,
+    open_tokens,
+    seal_content,
+    seal_rows,
+    seal_vector,
+    sealer_of,
+)
 
 
 @dataclass(frozen=True)
@@ -40,19 +48,29 @@ async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
             Artifact.position,
             Artifact.token_start,
             Artifact.token_end,
-            Artifact.token_ids,
             Artifact.source_ids,
             Artifact.meta["chunks"],
+            Artifact.tenant_id,
+            Artifact.token_ids,
+            Artifact.token_ids_sealed,
         )
         .where(Artifact.session_id == session_id, Artifact.archived_by.is_(None))
         .order_by(Artifact.position)
     )
-    return [LogEntry(*row) for row in (await db.execute(stmt)).all()]
+    sealer = sealer_of(db)
+    return [
+        LogEntry(
+            r.id, r.kind, r.turn, r.position, r.token_start, r.token_end,
+            await open_tokens(sealer, r.tenant_id, r.id, r.token_ids, r.token_ids_sealed), r.source_ids, r[8],
+        )
+        for r in (await db.execute(stmt)).all()
+    ]
 
 
 async def insert_artifacts(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """New artifacts (rows as app/runtime/records.py makes them, an `embedding` optional), stored sealed."""
     if rows:
-        await db.execute(insert(Artifact), list(rows))
+        await db.execute(insert(Artifact), await seal_rows(sealer_of(db), rows))
 
 
 async def insert_edges(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
@@ -67,7 +85,7 @@ async def list_live(db: AsyncSession, tenant_id: str, session_id: str) -> list[A
         .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id, Artifact.archived_by.is_(None))
         .order_by(Artifact.position)
     )
-    return list((await db.execute(stmt)).scalars())
+    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
 
 
 async def list_all(db: AsyncSession, tenant_id: str, session_id: str) -> list[Artifact]:
@@ -77,7 +95,7 @@ async def list_all(db: AsyncSession, tenant_id: str, session_id: str) -> list[Ar
         .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id)
         .order_by(Artifact.position)
     )
-    return list((await db.execute(stmt)).scalars())
+    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
 
 
 async def max_position(db: AsyncSession, session_id: str) -> int:
@@ -105,7 +123,11 @@ async def get(db: AsyncSession, tenant_id: str, session_id: str, artifact_id: st
     stmt = select(Artifact).where(
         Artifact.id == artifact_id, Artifact.session_id == session_id, Artifact.tenant_id == tenant_id
     )
-    return (await db.execute(stmt)).scalar_one_or_none()
+    return await _one(db, (await db.execute(stmt)).scalar_one_or_none())
+
+
+async def _one(db: AsyncSession, row: Artifact | None) -> Artifact | None:
+    return None if row is None else (await open_artifacts(db, [row]))[0]
 
 
 async def parents_of(db: AsyncSession, session_id: str, child_ids: Sequence[str] | None = None) -> dict[str, list[str]]:
@@ -165,7 +187,8 @@ async def closure(db: AsyncSession, tenant_id: str, session_id: str, root_id: st
         .order_by(Artifact.position)
     )
     async with _index_walk(db):
-        return list((await db.execute(stmt)).scalars())
+        rows = list((await db.execute(stmt)).scalars())
+    return await open_artifacts(db, rows)
 
 
 async def closure_ids(db: AsyncSession, session_id: str, root_id: str) -> list[str]:
@@ -189,7 +212,7 @@ async def first_entry(db: AsyncSession, tenant_id: str, session_id: str, source_
 async def find(db: AsyncSession, tenant_id: str, artifact_id: str) -> Artifact | None:
     """An artifact by id in any of the tenant's sessions (a forget target names only the artifact)."""
     stmt = select(Artifact).where(Artifact.id == artifact_id, Artifact.tenant_id == tenant_id)
-    return (await db.execute(stmt)).scalar_one_or_none()
+    return await _one(db, (await db.execute(stmt)).scalar_one_or_none())
 
 
 async def edges_from_turn(db: AsyncSession, session_id: str, turn: int) -> list[tuple[str, str]]:
@@ -201,35 +224,71 @@ async def edges_from_turn(db: AsyncSession, session_id: str, turn: int) -> list[
     return [(p, c) for p, c in (await db.execute(stmt)).all()]
 
 
-async def delete_from_turn(db: AsyncSession, session_id: str, turn: int) -> int:
+@dataclass(frozen=True)
+class Retired:
+    """What a write took out of the store: the leaves its sealed content was under, read in the clear (the forget
+    shreds them once it committed), and how many artifacts it erased were plaintext from before migration 0017 (their
+    copies stay in dead tuples, WAL and backups: no shred reaches them, so the forget promises nothing at rest)."""
+
+    leaves: list[int] = field(default_factory=list)
+    plaintext: int = 0
+
+    def add(self, other: Retired) -> Retired:
+        return Retired([*self.leaves, *other.leaves], self.plaintext + other.plaintext)
+
+
+def _retired(leaves: Sequence[int | None]) -> Retired:
+    return Retired([leaf for leaf in leaves if leaf is not None], sum(leaf is None for leaf in leaves))
+
+
+async def delete_from_turn(db: AsyncSession, session_id: str, turn: int) -> Retired:
     """Delete the artifacts of transitions ≥ `turn` (their provenance edges go with them, ON DELETE CASCADE)."""
-    stmt = delete(Artifact).where(Artifact.session_id == session_id, Artifact.turn >= turn).returning(Artifact.id)
-    return len((await db.execute(stmt)).all())
+    stmt = delete(Artifact).where(Artifact.session_id == session_id, Artifact.turn >= turn).returning(Artifact.leaf)
+    return _retired((await db.execute(stmt)).scalars().all())
 
 
-async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> None:
-    if ids:
-        await db.execute(delete(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_(list(ids))))
+async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> Retired:
+    if not ids:
+        return Retired()
+    stmt = (
+        delete(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_(list(ids))).returning(Artifact.leaf)
+    )
+    return _retired((await db.execute(stmt)).scalars().all())
 
 
-async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> None:
-    """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are.
+async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> Retired:
+    """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are. Returns
+    what it retired, for the forget to shred.
 
-    A row whose content changed must say what its embedding becomes (`embedding`: the new vector, or None to have it
-    recomputed on demand): the old vector would keep the forgotten text's meaning searchable."""
+    A row whose text or tokens changed is sealed under a fresh leaf: its old ciphertexts, in every copy of the
+    database, must stop opening, so its old leaf is retired (and its embedding with it). A row whose span or meta
+    only changed keeps its leaf and its ciphertexts, never sealed again. A changed row must say what its embedding
+    becomes (`embedding`: the new vector, or None to have it recomputed on demand): the old vector would keep the
+    forgotten text's meaning searchable."""
+    if not rows:
+        return Retired()
+    sealer = sealer_of(db)
+    stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_([row["id"] for row in rows]))
+    current = {a.id: a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars()))}
+    retired = Retired()
     for row in rows:
-        values = {
-            "content": row["content"],
-            "token_ids": row["token_ids"],
-            "token_start": row["token_start"],
-            "token_end": row["token_end"],
-            "meta": row["meta"],
-        }
-        if "embedding" in row:
-            values["embedding"] = row["embedding"]
+        old = current[row["id"]]
+        values: dict[str, Any] = {"token_start": row["token_start"], "token_end": row["token_end"], "meta": row["meta"]}
+        leaf = old.leaf
+        if old.erased or old.content != row["content"] or list(old.token_ids) != list(row["token_ids"]):
+            retired = retired.add(_retired([leaf]))
+            leaf = await sealer.leaf(old.tenant_id, session_id)
+            values.update(await seal_content(sealer, leaf, old.tenant_id, old.id, row["content"], row["token_ids"]))
+            values.update(await seal_vector(sealer, leaf, old.tenant_id, old.id, row.get("embedding")))
+        elif "embedding" in row:
+            if leaf is None:  # a row from before migration 0017, unchanged: it stays as it was but for its vector
+                values["embedding"] = row["embedding"]
+            else:
+                values.update(await seal_vector(sealer, leaf, old.tenant_id, old.id, row["embedding"]))
         await db.execute(
             update(Artifact).where(Artifact.session_id == session_id, Artifact.id == row["id"]).values(**values)
         )
+    return retired
 
 
 # The expressions of ix_artifacts_memory_record, so the planner uses it.
@@ -268,7 +327,7 @@ async def pending_calls(db: AsyncSession, session_id: str) -> list[Artifact]:
         )
         .order_by(Artifact.position)
     )
-    return list((await db.execute(stmt)).scalars())
+    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
 
 
 async def mark_committed(db: AsyncSession, session_id: str, call_ids: Sequence[str]) -> None:
@@ -292,4 +351,4 @@ async def tool_calls(db: AsyncSession, session_id: str, call_ids: Sequence[str])
         Artifact.kind == "tool_call",
         Artifact.meta["tool_call_id"].astext.in_(list(call_ids)),
     )
-    return list((await db.execute(stmt)).scalars())
+    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))

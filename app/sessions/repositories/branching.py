@@ -1,5 +1,8 @@
 """SQL of branching a session (app/sessions/branching.py): read the rows of a session's first transitions as plain
-dicts, and write a new session made of such rows. The caller remaps ids; nothing here interprets a row."""
+dicts, and write a new session made of such rows. The caller remaps ids; nothing here interprets a row.
+
+Artifacts are read opened and written sealed afresh: a branch's artifact is a new erasure unit (its own id, its own
+leaf in the branch's stream), so forgetting it in one session never reaches the other's copy."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Artifact, Checkpoint, EnvSnapshot, ProvenanceEdge, ToolExecution
+from app.sessions.repositories.sealing import open_artifacts, seal_rows, sealer_of
 
 Row = dict[str, Any]
 
@@ -36,7 +40,8 @@ async def transitions_through(db: AsyncSession, session_id: str, turn: int) -> T
         stmt = select(model).where(*where)
         if order is not None:
             stmt = stmt.order_by(order)
-        return _columns(model, list((await db.execute(stmt)).scalars()))
+        found = list((await db.execute(stmt)).scalars())
+        return _columns(model, await open_artifacts(db, found) if model is Artifact else found)
 
     return Transitions(
         artifacts=await rows(Artifact, Artifact.session_id == session_id, Artifact.turn <= turn,
@@ -52,7 +57,7 @@ async def transitions_through(db: AsyncSession, session_id: str, turn: int) -> T
 async def insert_session(db: AsyncSession, session: Row, copied: Transitions) -> None:
     """The branch in one go: its session row, then the rows that reference it."""
     await db.execute(insert(AgentSession), [session])
-    for model, rows in ((Artifact, copied.artifacts), (ProvenanceEdge, copied.edges),
+    for model, rows in ((Artifact, await seal_rows(sealer_of(db), copied.artifacts)), (ProvenanceEdge, copied.edges),
                         (EnvSnapshot, copied.environments), (Checkpoint, copied.checkpoints),
                         (ToolExecution, copied.fired)):
         if rows:
