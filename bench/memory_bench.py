@@ -1,7 +1,7 @@
 """Memory API load: 32 concurrent clients mixing reads, conditional writes and forgets against a real `lethe serve`.
 
     python -m bench.memory_bench [--workers 2] [--clients 32] [--processes 1] [--duration 30] [--keys 256]
-                                 [--no-pgbench] [--replica]
+                                 [--no-pgbench] [--replica] [--baseline-commit be86ddb [--rounds 2]]
 
 Starts `lethe serve` itself (bench.serve: embedded PostgreSQL in a temp dir, the converted model from .lethe/models),
 drives it over HTTP for a fixed time, then prints throughput and p50/p99 latency per operation and how many writes
@@ -26,6 +26,10 @@ twice in one run, side by side: Lethe on the primary alone, then Lethe on the pr
 replica. Printed: throughput and p50/p99 of both, the share of reads the replica served, and the history check of
 each, the replica's held per client (no client reads what it saw forgotten; reads that missed another client's
 forget are eventual consistency, counted apart).
+
+`--baseline-commit be86ddb`: memory values sealed at rest (this tree) against clear (that commit's code, from a
+`git worktree` of it), rounds alternating in one run, each with its history check, and the ratio
+(bench/memory_sealing.py).
 """
 
 from __future__ import annotations
@@ -312,7 +316,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="LETHE_HTTP_WORKERS of the server")
     parser.add_argument("--replica", action="store_true",
                         help="primary alone against primary + one streaming replica, side by side (no pgbench)")
-    parser.add_argument("--rounds", type=int, default=1, help="--replica: alternate the setups this many times")
+    parser.add_argument("--baseline-commit", metavar="COMMIT",
+                        help="this tree (memory values sealed at rest) against COMMIT's, e.g. be86ddb (just before "
+                        "sealing), alternating, side by side (bench/memory_sealing.py; no pgbench)")
+    parser.add_argument("--sealed-commit", metavar="COMMIT",
+                        help="--baseline-commit: the sealed side from a worktree of COMMIT, not this checkout")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="--replica / --baseline-commit: alternate the setups this many times (default 1 / 2)")
     parser.add_argument("--strict", action="store_true",
                         help="--replica: a third setup, the replica synchronous and forgets with remote_apply")
     parser.add_argument("--fsync-off", action="store_true",
@@ -321,8 +331,13 @@ def main() -> None:
     if args.replica:
         from bench.memory_replica import compare
 
-        sys.exit(compare(args.clients, max(1, args.processes), args.duration, args.keys, args.workers, args.rounds,
-                         args.strict, durable=not args.fsync_off))
+        sys.exit(compare(args.clients, max(1, args.processes), args.duration, args.keys, args.workers,
+                         args.rounds or 1, args.strict, durable=not args.fsync_off))
+    if args.baseline_commit:
+        from bench.memory_sealing import compare as compare_sealing
+
+        sys.exit(compare_sealing(args.baseline_commit, args.clients, max(1, args.processes), args.duration, args.keys,
+                                 args.workers, args.rounds or 2, args.sealed_commit))
     with serving(LETHE_BOOTSTRAP_API_KEY=API_KEY, LETHE_HTTP_WORKERS=str(args.workers)) as lethe:
         base, log, data = lethe.url, lethe.log, lethe.data_dir
         roots = [psutil.Process(lethe.proc.pid), postmaster(data)]

@@ -7,7 +7,9 @@ and the tests import it from there (pytest puts the checkout on `sys.path`). The
     with serving(ready_s=600, LETHE_ENGINE="vllm") as server:   # a temporary data directory, removed after
         httpx.get(server.url + "/readyz")
 
-`LetheServer` is the process itself, for callers that stop or kill it at a chosen moment (a crash test)."""
+`LetheServer` is the process itself, for callers that stop or kill it at a chosen moment (a crash test).
+`tree=` serves another checkout's code (a `git worktree` of an older commit) with this interpreter: it is started
+in that tree with it first on PYTHONPATH, so `python -m app` imports its `app` (bench/memory_sealing.py)."""
 
 from __future__ import annotations
 
@@ -62,17 +64,20 @@ class LetheServer:
     `stop()` sends SIGTERM to the server process alone, as `kill <pid>` does: the embedded PostgreSQL it started
     is signalled by no one else, so the server must stop it itself (tests/foundation/test_serve_process.py)."""
 
-    def __init__(self, data_dir: Path, log: Path | None = None, **env: str) -> None:
+    def __init__(self, data_dir: Path, log: Path | None = None, *, tree: Path = ROOT, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
+        self.tree = tree
         self.env = serve_env(data_dir, LETHE_PORT=str(self.port), **env)
+        if tree != ROOT:  # `python -m` puts the working directory first, PYTHONPATH carries it to the workers
+            self.env["PYTHONPATH"] = str(tree)
         self.log = log or data_dir / f"lethe-serve-{self.port}.log"  # several servers may share one data directory
         self._out = self.log.open("w")
         self.started = time.monotonic()
         self.startup_s = 0.0  # seconds until /readyz first answered 200, once wait_ready() saw it
         self.proc = subprocess.Popen(
-            [*LETHE, "serve"], cwd=ROOT, env=self.env, stdout=self._out, stderr=subprocess.STDOUT,
+            [*LETHE, "serve"], cwd=self.tree, env=self.env, stdout=self._out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -96,7 +101,7 @@ class LetheServer:
     def cli(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
         """`lethe <args>` on this server's database and data directory (`lethe tenant create acme`)."""
         return subprocess.run(
-            [*LETHE, *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout_s, check=False
+            [*LETHE, *args], cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=timeout_s, check=False
         )
 
     def stop(self, timeout_s: float = 60) -> int:
@@ -138,12 +143,14 @@ def stop_postgres(pgdata: Path) -> None:
 
 
 @contextlib.contextmanager
-def serving(data_dir: Path | None = None, ready_s: float = 300, **env: str) -> Iterator[LetheServer]:
+def serving(
+    data_dir: Path | None = None, ready_s: float = 300, *, tree: Path = ROOT, **env: str
+) -> Iterator[LetheServer]:
     """A ready `lethe serve` for the block, stopped after it. Without `data_dir`, on a temporary one (its embedded
-    PostgreSQL inside), removed with that database afterwards."""
+    PostgreSQL inside), removed with that database afterwards. `tree`: the checkout whose code serves."""
     own = data_dir is None
     directory = Path(tempfile.mkdtemp(prefix="lethe-serve-")) if data_dir is None else data_dir
-    server = LetheServer(directory, None, **env)
+    server = LetheServer(directory, None, tree=tree, **env)
     try:
         server.wait_ready(ready_s)
         yield server
