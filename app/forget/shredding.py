@@ -37,6 +37,11 @@ class Shredder:
         except Unavailable as exc:
             log.warning("shred pending: key provider unavailable", extra={"forget_id": forget_id, "error": str(exc)})
             return False
+        except Exception:
+            # The forget itself committed: its answer must not be an error. The shred stays pending, loud in the
+            # log, and the worker's sweep tries it again (a damaged cover stays loud there too).
+            log.exception("shred pending: it failed", extra={"forget_id": forget_id})
+            return False
         if forget_id is not None:
             async with self.db.pg() as sql:
                 await jobs_repo.mark_shredded(sql, forget_id)

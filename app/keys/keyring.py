@@ -35,6 +35,29 @@ def shard_of(leaf: int) -> int:
     return leaf >> tree.BITS
 
 
+class _ShardShreds:
+    """The shreds of one shard waiting in this process: leaves queued, tickets in order, and the last ticket whose
+    leaves a write carried."""
+
+    def __init__(self) -> None:
+        self.writing = asyncio.Lock()
+        self.waiting: set[int] = set()
+        self.tickets = 0
+        self.written = 0
+
+    def queue(self, indices: Iterable[int]) -> int:
+        self.waiting.update(indices)
+        self.tickets += 1
+        return self.tickets
+
+    def take(self) -> tuple[set[int], int]:
+        batch, self.waiting = self.waiting, set()
+        return batch, self.tickets
+
+    def put_back(self, batch: set[int]) -> None:
+        self.waiting |= batch
+
+
 @dataclass(frozen=True, slots=True)
 class Census:
     """What `lethe keys verify` reports for a set of leaves: derivable (`live`) or punctured (`erased`)."""
@@ -58,6 +81,7 @@ class Keyring:
         # Bumped by every drop: what was fetched while a drop happened is returned but not cached, so a read that
         # raced a shred cannot put the cover from before the shred back into the cache.
         self._drops = 0
+        self._shreds: dict[tuple[str, int], _ShardShreds] = {}
 
     async def _cached(self, cache: KeyCache[T], name: Hashable, fetch: Callable[[], Awaitable[T]]) -> T:
         """`name` from `cache`, else fetched and cached, unless a drop happened meanwhile (the fetch may predate it)."""
@@ -105,7 +129,25 @@ class Keyring:
         for shard, members in sorted(by_shard.items()):
             # First: this process stops deriving them even if the provider is down and the shred retried.
             self.forget_cached(tenant, members)
-            await self._puncture(tenant, shard, [leaf % tree.LEAVES for leaf in members])
+            await self._coalesced(tenant, shard, [leaf % tree.LEAVES for leaf in members])
+
+    async def _coalesced(self, tenant: str, shard: int, indices: list[int]) -> None:
+        """Punctures `indices` in one write with every other shred of the shard this process has waiting. Shreds of
+        one shard write one at a time: racing each other, each would read the same cover and all but one would lose
+        the compare-and-set and read again (32 clients forgetting at once lost 16 times in a row). A shred that finds
+        its leaves written by the batch before it returns at once."""
+        shreds = self._shreds.setdefault((tenant, shard), _ShardShreds())
+        ticket = shreds.queue(indices)
+        async with shreds.writing:
+            if shreds.written >= ticket:
+                return
+            batch, upto = shreds.take()
+            try:
+                await self._puncture(tenant, shard, sorted(batch))
+            except BaseException:
+                shreds.put_back(batch)  # the next shred in line writes them, or its caller retries
+                raise
+            shreds.written = upto
 
     async def _puncture(self, tenant: str, shard: int, indices: list[int]) -> None:
         for _ in range(_ATTEMPTS):

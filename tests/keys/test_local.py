@@ -184,3 +184,28 @@ def test_a_never_written_shard_shredded_stays_erased(tmp_path: Path) -> None:
     _run(Keyring(LocalProvider(keys)).shred(TENANT, [3 * tree.LEAVES + 1]))
     found = _keys(keys, TENANT, range(3 * tree.LEAVES, 3 * tree.LEAVES + 3))
     assert found[3 * tree.LEAVES + 1] is None and None not in (found[3 * tree.LEAVES], found[3 * tree.LEAVES + 2])
+
+
+def test_shreds_of_one_shard_at_once_share_writes_and_all_land(tmp_path: Path) -> None:
+    """32 forgets of one shard at once in one process (as 32 clients deleting memory keys): the first writes its leaf,
+    every shred queued meanwhile rides the next write, and none is lost. Racing each other instead, each would read
+    the same cover and lose the compare-and-set to the others, again and again."""
+    keys = tmp_path / "keys"
+    before = _keys(keys, TENANT, range(0, 40))
+    keyring = Keyring(LocalProvider(keys))
+    versions: list[int] = []
+    write = keyring.provider.write
+
+    def counted(tenant: str, shard: int, nodes: Any, version: int) -> Any:
+        versions.append(version)
+        return write(tenant, shard, nodes, version)
+
+    keyring.provider.write = counted  # type: ignore[method-assign]
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(keyring.shred(TENANT, [leaf]) for leaf in range(32)))  # started in one loop turn
+
+    _run(all_at_once())
+    assert versions == [1, 2]  # the first shred's write, then one for the 31 that queued behind it
+    after = _keys(keys, TENANT, range(0, 40))
+    assert after == {leaf: None if leaf < 32 else key for leaf, key in before.items()}
