@@ -200,7 +200,7 @@ def test_shreds_of_one_shard_at_once_share_writes_and_all_land(tmp_path: Path) -
         versions.append(version)
         return write(tenant, shard, nodes, version)
 
-    keyring.provider.write = counted  # type: ignore[method-assign]
+    keyring.provider.write = counted  # type: ignore[method-assign,assignment]
 
     async def all_at_once() -> None:
         await asyncio.gather(*(keyring.shred(TENANT, [leaf]) for leaf in range(32)))  # started in one loop turn
