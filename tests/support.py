@@ -307,3 +307,20 @@ def stored_artifacts(database_url: str, where: str, *args: Any) -> list[dict[str
         return rows
 
     return asyncio.run(run())
+
+
+def files_holding(root: Path, needles: list[bytes]) -> dict[bytes, list[str]]:
+    """Every file under `root` (heap files, WAL segments, anything) whose bytes contain each needle: what an
+    operator's `grep -a` over a data directory finds."""
+    found: dict[bytes, list[str]] = {needle: [] for needle in needles}
+    for path in sorted(root.rglob("*")):
+        try:
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+        except (FileNotFoundError, PermissionError):  # a temporary file PostgreSQL removed meanwhile
+            continue
+        for needle in needles:
+            if needle in data:
+                found[needle].append(str(path.relative_to(root)))
+    return found

@@ -23,7 +23,7 @@ from app.keys.factory import build_keyring
 from app.keys.keyring import Keyring
 from app.sessions.repositories.sealing import binding
 from tests.forget.forget_helpers import artifacts, forget, run_script, user
-from tests.support import sql, stored_artifacts
+from tests.support import files_holding, sql, stored_artifacts
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
 
@@ -40,20 +40,6 @@ def _opens(keyring: Keyring, row: dict[str, Any]) -> bool:
     return True
 
 
-def _files_holding(root: Path, needles: list[bytes]) -> dict[bytes, list[str]]:
-    found: dict[bytes, list[str]] = {needle: [] for needle in needles}
-    for path in sorted(root.rglob("*")):
-        try:
-            if not path.is_file():
-                continue
-            data = path.read_bytes()
-        except (FileNotFoundError, PermissionError):  # a temporary file PostgreSQL removed meanwhile
-            continue
-        for needle in needles:
-            if needle in data:
-                found[needle].append(str(path.relative_to(root)))
-    return found
-
 
 def test_no_plaintext_text_or_token_ids_reach_the_database_files(
     client: httpx.Client, database_url: str, data_dir: Path
@@ -67,7 +53,7 @@ def test_no_plaintext_text_or_token_ids_reach_the_database_files(
     sql(database_url, "CHECKPOINT")  # heap pages to their files; the WAL holds every change already
 
     tokens = np.asarray(row["token_ids"], dtype="<i4").tobytes()
-    found = _files_holding(data_dir / "pg", [marker.encode(), tokens, ids[0][0].encode()])
+    found = files_holding(data_dir / "pg", [marker.encode(), tokens, ids[0][0].encode()])
     assert found[ids[0][0].encode()], "the scan does not see what the database wrote"  # ids are in the clear
     assert found[marker.encode()] == [] and found[tokens] == []
 

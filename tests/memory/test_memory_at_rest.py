@@ -36,7 +36,7 @@ from app.memory.endpoints import get_memory
 from app.memory.repositories.sealing import RECORDS, VERSIONS, binding
 from app.memory.service import MemoryService
 from tests.memory.memory_helpers import create, write
-from tests.support import OverrideService, problem, sealer_of, sql
+from tests.support import OverrideService, files_holding, problem, sealer_of, sql
 
 BARRIER_S = 60.0  # how long a barrier may wait for the other side before the test fails (it never waits for time)
 
@@ -76,21 +76,6 @@ def _unseal(keyring: Keyring, where: Binding, ciphertext: bytes) -> bytes:
     return asyncio.run(keyring.unseal(where, ciphertext))
 
 
-def _files_holding(root: Path, needles: list[bytes]) -> dict[bytes, list[str]]:
-    """Every file under `root` (heap files, WAL segments, anything) whose bytes contain each needle."""
-    found: dict[bytes, list[str]] = {needle: [] for needle in needles}
-    for path in sorted(root.rglob("*")):
-        try:
-            if not path.is_file():
-                continue
-            data = path.read_bytes()
-        except (FileNotFoundError, PermissionError):  # a temporary file PostgreSQL removed meanwhile
-            continue
-        for needle in needles:
-            if needle in data:
-                found[needle].append(str(path.relative_to(root)))
-    return found
-
 
 def test_no_plaintext_value_reaches_the_database_files(
     client: httpx.Client, ns: str, database_url: str, data_dir: Path
@@ -102,7 +87,7 @@ def test_no_plaintext_value_reaches_the_database_files(
     assert client.get(f"/v1/memory/{ns}/{key}").json()["value"] == [marker, {"again": marker}]
     sql(database_url, "CHECKPOINT")  # heap pages to their files; the WAL holds every change already
 
-    found = _files_holding(data_dir / "pg", [marker.encode(), key.encode()])
+    found = files_holding(data_dir / "pg", [marker.encode(), key.encode()])
     # The control: key names are stored in the clear (ids may be), so the same scan finds this one.
     assert found[key.encode()], "the scan does not see what the database wrote"
     assert found[marker.encode()] == []
