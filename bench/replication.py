@@ -159,8 +159,10 @@ class ReplicaPair:
         self.promoted = False  # the replica was promoted: it replicates nothing any more
 
     @classmethod
-    def create(cls, root: Path | None = None, *, durable: bool = True) -> ReplicaPair:
-        """Init, start and replicate. `durable=False` turns fsync off (tests: faster, and nothing to survive)."""
+    def create(cls, root: Path | None = None, *, durable: bool = True, archive: bool = False) -> ReplicaPair:
+        """Init, start and replicate. `durable=False` turns fsync off (tests: faster, and nothing to survive);
+        `archive` copies every finished WAL segment of the primary to `root/archive`, as a production WAL archive
+        (`archive_command`) does."""
         root = Path(tempfile.mkdtemp(prefix="lethe-replicas-")) if root is None else root
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o755)
@@ -168,7 +170,7 @@ class ReplicaPair:
             shutil.chown(root, "pgserver", "pgserver")
         pair = cls(root, Server(root / "primary", free_port()), Server(root / "replica", free_port()))
         try:
-            pair._init(durable)
+            pair._init(durable, archive)
         except BaseException:
             pair.destroy()
             raise
@@ -180,13 +182,22 @@ class ReplicaPair:
         ports = json.loads((root / "pair.json").read_text())
         return cls(root, Server(root / "primary", ports["primary"]), Server(root / "replica", ports["replica"]))
 
-    def _init(self, durable: bool) -> None:
+    @property
+    def archive(self) -> Path:
+        return self.root / "archive"
+
+    def _init(self, durable: bool, archive: bool) -> None:
         if os.geteuid() == 0:
             _let_postgres_user_in()
         _run(_bin("initdb"), "-D", str(self.primary.pgdata), "--auth=trust", "-U", "postgres", "-E", "utf8")
         settings = ["hot_standby = on", "wal_level = replica", "max_wal_senders = 10"]
         if not durable:
             settings.append("fsync = off")
+        if archive:
+            self.archive.mkdir()
+            if os.geteuid() == 0:
+                shutil.chown(self.archive, "pgserver", "pgserver")
+            settings += ["archive_mode = on", f"archive_command = 'cp %p {self.archive}/%f'"]
         with (self.primary.pgdata / "postgresql.conf").open("a") as conf:
             conf.write("\n".join(["", "# bench/replication.py", *settings, ""]))
         self.primary.start()
@@ -219,6 +230,17 @@ class ReplicaPair:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the replica did not replay up to {target} in {timeout_s:.0f} s")
             time.sleep(POLL_S)
+
+    def base_backup(self, name: str) -> Server:
+        """A base backup of the primary as it is now (`pg_basebackup -X stream`, with the WAL it needs), under
+        `root/name`: started, it is the database restored from that backup (a primary of its own, archiving
+        nothing)."""
+        restored = Server(self.root / name, free_port())
+        _run(_bin("pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres",
+             "-D", str(restored.pgdata), "-X", "stream", "-c", "fast")
+        with (restored.pgdata / "postgresql.conf").open("a") as conf:
+            conf.write("\n# restored from a base backup\narchive_mode = off\n")
+        return restored
 
     def promote(self) -> None:
         """The replica becomes a primary on a new timeline (a failover)."""

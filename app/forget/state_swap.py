@@ -18,13 +18,14 @@ from app.forget.locate import Found, Located
 from app.forget.per_policy import ForgetPolicy
 from app.forget.receipts import RestorePoint, SessionEntry, TokenCounts, TraceEntry, state_sha256
 from app.forget.replay import Rebuilt
-from app.forget.repositories.swap import InPlace, Swapped, clear_suffix, record_swap, rewrite_in_place
+from app.forget.repositories.swap import InPlace, Swapped, record_swap, rewrite_in_place
 from app.forget.session_work import Change
 from app.runtime.writes import write_step
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories import tools as tools_repo
 from app.sessions.repositories.artifacts import Retired
+from app.sessions.repositories.suffix import clear_suffix
 
 
 def session_entry(

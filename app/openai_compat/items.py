@@ -20,6 +20,8 @@ from app.runtime.blocks import Observation
 ITEM_KINDS = ("user", "document", "assistant", "tool_call", "tool_result")
 
 def item_of(row: Artifact) -> dict[str, Any] | None:
+    if row.erased:  # its keys were shredded (a backup restored from before its forget): the item is gone
+        return None
     meta = row.meta or {}
     if row.kind in ("user", "document"):
         return {"type": "message", "id": row.id, "role": "user", "status": "completed",

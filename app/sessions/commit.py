@@ -37,6 +37,8 @@ from app.sessions.locking import Lease, SessionLocks
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories import tools as tools_repo
+from app.sessions.repositories.artifacts import ErasedLog
+from app.sessions.repositories.suffix import clear_suffix
 from app.sessions.views import StaleHead, TurnResult
 from app.tool_calls import ToolCall
 
@@ -71,6 +73,7 @@ class Transitions:
         empty = not observations and not generate
         blocks = [] if empty else [render(m.engine.chat, o) for o in observations]
         async with self.locks.leased(tenant_id, session_id, "running") as lease:
+            state = await self._readable_state(m, lease)
             row = lease.row
             if expect_turns is not None and row.turns != expect_turns:
                 raise StaleHead(f"session {session_id!r} moved on: {row.turns} transitions, expected {expect_turns}")
@@ -80,7 +83,6 @@ class Transitions:
                 row.sampling = {**row.sampling, "per_turn": per_turn}  # what this transition samples with
             async with lease.reads() as tx:
                 answered = await _check_tool_results(tx, row, observations)
-                state = await _state(tx, row)
                 tools = None if empty else await _tool_context(tx, row)
             t = TransitionInput(turn, blocks, generate, reply_id=reply_id, tools=tools)
             done = await step(m, row, self.policies.of(row), state, t, on_tokens)
@@ -105,11 +107,11 @@ class Transitions:
 
     async def _compact_leased(self, lease: Lease, m: Machinery, keep_last_turns: int, write_back: bool) -> str:
         """The compaction transition, under the caller's lease."""
-        row = lease.row
-        if write_back and row.memory_namespace is None:
+        if write_back and lease.row.memory_namespace is None:
             raise Conflict("write_back needs the session's memory_namespace")
+        state = await self._readable_state(m, lease)
+        row = lease.row
         async with lease.reads() as tx:
-            state = await _state(tx, row)
             live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
         split_older(live, keep_last_turns)  # 409 before any model work: nothing to compact
         t = TransitionInput(row.turns + 1, compaction=Compaction(keep_last_turns, live))
@@ -125,6 +127,29 @@ class Transitions:
                     {"session_id": locked.id, "artifact_id": summary_id},
                 )
         return summary_id
+
+    async def _readable_state(self, m: Machinery, lease: Lease) -> SessionState:
+        """The session's live prompt as stored. In a database restored from a backup taken before a forget, the log
+        can hold what that forget erased, its keys shredded since (docs/erasure-at-rest.md): the session then resumes
+        from the last transition before the first erased one, as a forget's replay starts from its checkpoint. The
+        unreadable suffix is dropped (it can never be read again), the epoch moves on (clients see a rewritten
+        state) and so does the cache salt (no request reaches blocks the engine cached from that suffix)."""
+        async with lease.reads() as tx:
+            try:
+                return await _state(tx, lease.row)
+            except ErasedLog as erased:
+                first = erased.turn
+        async with self._committing(m, lease) as (tx, locked):
+            await clear_suffix(tx, locked.id, first)
+            locked.turns = max(first - 1, 0)
+            locked.token_count = await artifacts_repo.token_end(tx, locked.id)
+            locked.epoch += 1
+            locked.cache_generation += 1
+        await m.handles.drop(route_of(lease.row))
+        log.warning("session resumed before an erased transition",
+                    extra={"session_id": lease.row.id, "turn": first, "epoch": lease.row.epoch})
+        async with lease.reads() as tx:
+            return await _state(tx, lease.row)
 
     @asynccontextmanager
     async def _committing(self, m: Machinery, lease: Lease) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:

@@ -2,9 +2,9 @@
 
 Run in the commit of the session's lease (the row locked, the lease checked), after the rebuilt state was computed
 aside; everything here commits with the job's receipt entry or not at all. Two shapes: a suffix of transitions
-replaced (a replay: `clear_suffix`, then each rebuilt transition written by the runtime's writer of a turn,
-runtime/writes.py), or artifacts rewritten in place (deleted, updated, inserted: a rewrite or a retrieval session's
-regeneration).
+replaced (a replay: `clear_suffix` from app/sessions/repositories/suffix.py, then each rebuilt transition written by
+the runtime's writer of a turn, runtime/writes.py), or artifacts rewritten in place (deleted, updated, inserted: a
+rewrite or a retrieval session's regeneration).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
-from app.sessions.repositories import tools as tools_repo
 from app.sessions.repositories.artifacts import Retired
 
 
@@ -49,17 +48,6 @@ async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -
     if change.first_turn is not None:
         # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
         await sessions_repo.delete_checkpoints_from(tx, session_id, change.first_turn)
-    return retired
-
-
-async def clear_suffix(tx: AsyncSession, session_id: str, from_turn: int) -> Retired:
-    """Everything transitions ≥ `from_turn` wrote, gone, and what their compactions archived live again (a replay
-    runs those compactions again); what it retired, to shred (the replay writes its transitions as new rows under
-    fresh leaves, so nothing of the old suffix stays readable in any copy once the shred ran)."""
-    await artifacts_repo.unarchive_from(tx, session_id, from_turn)
-    retired = await artifacts_repo.delete_from_turn(tx, session_id, from_turn)
-    await sessions_repo.delete_checkpoints_from(tx, session_id, from_turn)
-    await tools_repo.delete_environments_from(tx, session_id, from_turn)
     return retired
 
 

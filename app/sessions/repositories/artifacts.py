@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ProvenanceEdge
 from app.db.statements import InSession, Sql, Statement
+from app.keys.errors import Erased
 from app.sessions.repositories.sealing import (
     open_artifacts,
     open_tokens,
@@ -39,7 +40,18 @@ class LogEntry:
     chunks: Any  # {"at": offset, "sizes": [...]} on the last artifact of a transition the engine reported; else None
 
 
+class ErasedLog(Exception):
+    """The live log holds an artifact whose keys a forget shredded: the database was restored from a backup taken
+    before that forget. Everything from transition `turn` on is unreadable as a whole (a forget erases a suffix, or
+    the target and its closure), so the session resumes before it (app/sessions/commit.py)."""
+
+    def __init__(self, turn: int) -> None:
+        super().__init__(f"the session's transition {turn} was erased")
+        self.turn = turn
+
+
 async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
+    """The live log, token ids opened; `ErasedLog` at the first artifact a forget shredded."""
     stmt = (
         select(
             Artifact.id,
@@ -58,13 +70,22 @@ async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
         .order_by(Artifact.position)
     )
     sealer = sealer_of(db)
-    return [
-        LogEntry(
-            r.id, r.kind, r.turn, r.position, r.token_start, r.token_end,
-            await open_tokens(sealer, r.tenant_id, r.id, r.token_ids, r.token_ids_sealed), r.source_ids, r[8],
-        )
-        for r in (await db.execute(stmt)).all()
-    ]
+    log: list[LogEntry] = []
+    for r in (await db.execute(stmt)).all():
+        try:
+            tokens = await open_tokens(sealer, r.tenant_id, r.id, r.token_ids, r.token_ids_sealed)
+        except Erased:
+            raise ErasedLog(r.turn) from None  # rows come in log order: this is the first erased transition
+        log.append(LogEntry(r.id, r.kind, r.turn, r.position, r.token_start, r.token_end, tokens, r.source_ids, r[8]))
+    return log
+
+
+async def token_end(db: AsyncSession, session_id: str) -> int:
+    """Where the live log ends: the session's token count."""
+    stmt = select(func.coalesce(func.max(Artifact.token_end), 0)).where(
+        Artifact.session_id == session_id, Artifact.archived_by.is_(None)
+    )
+    return int((await db.execute(stmt)).scalar_one())
 
 
 async def insert_artifacts(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
