@@ -87,6 +87,7 @@ class Container:
     def __post_init__(self) -> None:
         settings = self.settings
         horizon_s = settings.erasure_horizon_s
+        self.metrics.erasure_horizon.set(horizon_s)
         self.sealer = sealer = build_sealer(settings, self.db, self.tenants)
         self.db.seal_with(sealer)  # session content is sealed in the artifact repositories (their unit of work)
         self.shredder = Shredder(self.db, sealer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
 from app.db.models import ForgetJob
@@ -37,6 +37,7 @@ class Erasure:
     at_rest: Literal["pending", "complete"]
     at_rest_complete_at: datetime | None
     horizon_s: int
+    overdue: bool  # at_rest still pending past the horizon
 
 
 DEFAULT_HORIZON_S: Final = 300  # Settings.erasure_horizon_s's default
@@ -47,11 +48,17 @@ def erasure_of(job: ForgetJob, receipt: JobReceipt) -> Erasure | None:
     first; rows written before migration 0016 are plaintext), so shredding cannot make it unrecoverable."""
     if job.shred_leaves is None or receipt.erasure_horizon_s is None:
         return None
+    # The horizon runs from the forget's success (a memory DELETE's job succeeds as it is created).
+    since = job.finished_at or job.created_at
+    overdue = job.shredded_at is None and since is not None and (
+        datetime.now(UTC) - since > timedelta(seconds=receipt.erasure_horizon_s)
+    )
     return Erasure(
         live="complete" if job.status == "succeeded" else "pending",
         at_rest="complete" if job.shredded_at is not None else "pending",
         at_rest_complete_at=job.shredded_at,
         horizon_s=receipt.erasure_horizon_s,
+        overdue=overdue,
     )
 
 

@@ -195,6 +195,11 @@ class ErasureReceipt(BaseModel):
     )
     at_rest_complete_at: datetime | None
     horizon_s: int = Field(description="LETHE_ERASURE_HORIZON_S: the bound within which `at_rest` completes")
+    overdue: bool = Field(
+        default=False,
+        description="`at_rest` is still `pending` past the horizon (the key provider refused or was unreachable): "
+        "the promise is broken until it completes; `lethe_erasure_oldest_pending_seconds` alerts on it",
+    )
 
 
 class PendingCall(BaseModel):

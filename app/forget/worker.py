@@ -72,6 +72,10 @@ class ForgetWorker:
             self.metrics.forget_queue_depth.set(await jobs_repo.queue_depth(tx))
         if self.shredder is not None:  # shreds need no model: before the readiness check
             await self.shredder.sweep()
+            async with self.db.pg() as sql:
+                pending = (await jobs_repo.pending_shreds_by_tenant(sql)).values()
+            self.metrics.erasure_pending.set(sum(p.jobs for p in pending))
+            self.metrics.erasure_oldest_pending.set(max((p.oldest_s for p in pending), default=0.0))
         if not self.ready():
             return False
         async with self.db.transaction() as tx:

@@ -80,6 +80,21 @@ class Metrics:
             "lethe_forget_queue_depth", "Forget jobs queued or running (all processes), as this process last saw.",
             registry=self.registry, multiprocess_mode="livemax",
         )
+        # Erasure at rest (docs/erasure-at-rest.md): forgets whose keys are not destroyed yet, and how long the
+        # oldest has waited; alert when that passes the horizon (the promise every receipt makes).
+        self.erasure_pending = Gauge(
+            "lethe_erasure_pending_shreds", "Forgets whose erased keys are not destroyed in the key provider yet.",
+            registry=self.registry, multiprocess_mode="livemax",
+        )
+        self.erasure_oldest_pending = Gauge(
+            "lethe_erasure_oldest_pending_seconds",
+            "Age of the oldest forget whose keys are not destroyed yet (0: none); past the horizon: a broken promise.",
+            registry=self.registry, multiprocess_mode="livemax",
+        )
+        self.erasure_horizon = Gauge(
+            "lethe_erasure_horizon_seconds", "LETHE_ERASURE_HORIZON_S: the bound a forget's erasure at rest keeps.",
+            registry=self.registry, multiprocess_mode="livemax",
+        )
         # A vLLM fleet behind vllm-router (engine vllm-remote): every request a session makes, by its affinity
         # (app/engine/fleet.py): kept (it found its prefix cache), lost (it had one on the fleet and found none: a
         # failover), new (nothing to find yet), failed (the fleet went away under it: the client got a 503).

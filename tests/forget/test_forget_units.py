@@ -3,6 +3,7 @@ environment and who answers a call (the sink policy, the ledger, a replay's supp
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,7 +11,9 @@ import pytest
 
 from app.forget.closure import closure_of, restore_point
 from app.forget.cost import Yardstick
+from app.forget.jobs import erasure_of
 from app.forget.locate import Target, locate_in
+from app.forget.receipts import JobReceipt
 from app.runtime.checkpoints import manifest_sha256
 from app.runtime.tool_catalog import call_id, execute_builtin, normalize, parse_calls
 from app.runtime.tool_loop import ReplayTools, ToolContext, ToolStep, _answer
@@ -124,3 +127,22 @@ def test_who_answers_a_call() -> None:
     assert _answer(fresh, call, ToolStep(), frozenset()) == (None, False)
     assert fresh.replay is not None and fresh.replay.suppressed == [call]
     assert _answer(context(), ToolCall("c", "nope", {}), ToolStep(), frozenset())[0] == "error: no tool named 'nope'"
+
+
+def test_an_erasure_at_rest_still_pending_past_its_horizon_is_overdue() -> None:
+    """The receipt says when the promise is broken: the horizon runs from the forget's success, and a shred that
+    completed is never overdue, however late."""
+    now = datetime.now(UTC)
+    receipt = JobReceipt(erasure_horizon_s=300)
+
+    def erasure(finished_ago_s: float, shredded: bool) -> Any:
+        job = SimpleNamespace(status="succeeded", shred_leaves=[7], created_at=now - timedelta(seconds=900),
+                              finished_at=now - timedelta(seconds=finished_ago_s),
+                              shredded_at=now if shredded else None)
+        return erasure_of(job, receipt)  # type: ignore[arg-type]
+
+    assert erasure(10, shredded=False).overdue is False
+    assert erasure(301, shredded=False).overdue is True
+    assert erasure(301, shredded=True).overdue is False
+    late = erasure(301, shredded=False)
+    assert late.at_rest == "pending" and late.horizon_s == 300
