@@ -225,6 +225,27 @@ def keys_verify(tenant: TenantOption = None, as_json: JsonOption = False) -> Non
         raise typer.Exit(code=1)
 
 
+@keys_cli.command("seal")
+def keys_seal(
+    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Rows per transaction.")] = 200,
+    vacuum: Annotated[str, typer.Option(help="Afterwards: plain (VACUUM, online), full (VACUUM FULL: rewrites "
+                                              "the tables under an exclusive lock) or none.")] = "plain",
+    as_json: JsonOption = False,
+) -> None:
+    """Seal the plaintext rows written before sealing (an upgrade's online migration), then VACUUM. Resumable.
+    Exits 1 when rows stayed locked by writers through every pass (run it again)."""
+    from app.keys.admin import sealing_json, sealing_text
+
+    if vacuum not in ("plain", "full", "none"):
+        typer.echo(f"--vacuum must be plain, full or none, not {vacuum!r}", err=True)
+        raise typer.Exit(code=2)
+    done = _keys(lambda admin: admin.seal(batch=batch, vacuum="full" if vacuum == "full" else
+                                          "none" if vacuum == "none" else "plain"))
+    typer.echo(sealing_json(done) if as_json else sealing_text(done))
+    if any(done.left.values()):
+        raise typer.Exit(code=1)
+
+
 @cli.command()
 def openapi(
     output: Annotated[Path, typer.Option(help="Where to write the spec.")] = Path("openapi.yaml"),

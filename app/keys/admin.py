@@ -1,31 +1,59 @@
-"""The operator's key commands, `lethe keys status | rotate | verify` (app/cli.py), over every domain's content.
+"""The operator's key commands, `lethe keys status | rotate | verify | seal` (app/cli.py), over every domain's content.
 
 This module sits above the forget machinery (test_layers: its own unit, layer 6) because `rotate` settles forgets'
 pending shreds with the same `Shredder` the forget worker uses; the rest of app/keys stays below the repositories.
 
-`SEALED` is the list `verify` walks: each domain that seals content adds its declarations (app/keys/sealed.py) here.
+`SEALED` is the list `verify` walks: each domain that seals content adds its declarations (app/keys/sealed.py) here;
+`LEGACY` the list `seal` walks: each domain whose rows from before its sealing migration hold plaintext adds how to
+seal a page of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from app.db.database import Database
+from app.db.statements import Sql, Statement
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
+from app.keys.content import Sealer
 from app.keys.errors import Tampered
 from app.keys.keyring import Keyring
 from app.keys.provider import KeyProvider
 from app.keys.sealed import SealedColumn
 from app.keys.verify import OUTCOMES, VerifyReport
+from app.memory.repositories import legacy as memory_legacy
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
+from app.sessions.repositories import legacy as artifacts_legacy
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
 
 SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS)
+
+
+@dataclass(frozen=True)
+class Legacy:
+    """A domain's plaintext from before its sealing migration: how to seal the page after a cursor (in the caller's
+    transaction; the page answers `sealed` and `after`, None once the pass is over), and how much is left."""
+
+    name: str
+    first: Any  # the cursor before every row
+    seal_page: Callable[[Sql, Sealer, Any, int], Awaitable[Any]]
+    left: Callable[[Sql], Awaitable[int]]
+    tables: tuple[str, ...]
+
+
+LEGACY: tuple[Legacy, ...] = (
+    Legacy("memory", memory_legacy.FIRST, memory_legacy.seal_page, memory_legacy.left, memory_legacy.TABLES),
+    Legacy("artifacts", artifacts_legacy.FIRST, artifacts_legacy.seal_page, artifacts_legacy.left,
+           artifacts_legacy.TABLES),
+)
+Vacuum = Literal["plain", "full", "none"]
 
 
 class UnknownTenant(LookupError):
@@ -57,6 +85,14 @@ class Rotation:
     settled: int  # pending shreds completed now
     pending: int  # still pending (the provider refused them: see the log)
     swept: int  # shards swept of what killed writes left
+
+
+@dataclass(frozen=True)
+class Sealing:
+    sealed: dict[str, int]  # rows sealed, per domain
+    left: dict[str, int]  # rows still in the clear (locked by a writer through every pass: run it again)
+    vacuumed: list[str] = field(default_factory=list)
+    vacuum: Vacuum = "plain"
 
 
 class KeyAdmin:
@@ -110,6 +146,40 @@ class KeyAdmin:
         tenant_id = None if tenant is None else (await self._tenants(tenant))[0][0]
         # A keyring of its own that never creates a shard: a check must not write to the store it checks.
         return await verify.verify(self.db, Keyring(self.provider, creates=False), SEALED, tenant=tenant_id)
+
+
+    async def seal(self, *, batch: int = 200, vacuum: Vacuum = "plain") -> Sealing:
+        """Seal every row a domain wrote in the clear before its sealing migration, online: a page per transaction,
+        rows a writer holds skipped and taken by the next pass; passes repeat while one seals something and some
+        are left. Resumable: a run stopped anywhere (a kill included) left only whole pages sealed, and a new run
+        finds the rest. Then VACUUM the tables: "plain" frees the dead tuples' space for reuse, "full" rewrites the
+        tables (an exclusive lock while it runs) so their files hold no dead tuple; neither reaches the WAL already
+        written, replicas' or backups' copies (docs/erasure-at-rest.md, "Upgrading")."""
+        sealer = self.shredder.sealer
+        sealed: dict[str, int] = {}
+        left: dict[str, int] = {}
+        for domain in LEGACY:
+            total = 0
+            while True:
+                passed, after = 0, domain.first
+                while after is not None:
+                    async with self.db.pg_transaction() as sql:
+                        page = await domain.seal_page(sql, sealer, after, batch)
+                    passed, after = passed + page.sealed, page.after
+                total += passed
+                async with self.db.pg() as sql:
+                    left[domain.name] = await domain.left(sql)
+                if not passed or not left[domain.name]:
+                    break
+            sealed[domain.name] = total
+        vacuumed: list[str] = []
+        if vacuum != "none":
+            command = "VACUUM (FULL, ANALYZE)" if vacuum == "full" else "VACUUM (ANALYZE)"
+            async with self.db.pg() as sql:
+                for table in (t for d in LEGACY for t in d.tables):
+                    await sql.rowcount(Statement(f"{command} {table}"), {})  # names from the domains, not input
+                    vacuumed.append(table)
+        return Sealing(sealed, left, vacuumed, vacuum)
 
 
 def _shards(leaves: int) -> int:
@@ -170,3 +240,16 @@ def verify_json(found: VerifyReport) -> str:
         "tables": [{"table": t.table, **{o: t.counts[o] for o in OUTCOMES}, "examples": t.examples}
                    for t in found.tables],
     }, indent=2)
+
+
+def sealing_text(done: Sealing) -> str:
+    out = [f"{name}: {done.sealed[name]} row(s) sealed, {done.left[name]} left in the clear" for name in done.sealed]
+    if done.vacuumed:
+        out.append(f"vacuumed ({done.vacuum}): {', '.join(done.vacuumed)}")
+    if any(done.left.values()):
+        out.append("NOT DONE: rows stayed locked by writers through every pass; run it again")
+    return "\n".join(out)
+
+
+def sealing_json(done: Sealing) -> str:
+    return json.dumps(asdict(done), indent=2)

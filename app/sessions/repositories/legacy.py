@@ -1,0 +1,78 @@
+"""Sealing session content written before migration 0017: artifacts whose text, token ids and embedding are clear.
+
+`lethe keys seal` (app/keys/admin.py) walks artifacts in id order, a batch per transaction, and seals each one as a
+new artifact is sealed (sealing.py): a fresh leaf of its session's stream, the three columns under it, the clear
+ones emptied. Rows are locked `FOR UPDATE SKIP LOCKED`: a forget rewriting or deleting one is never waited for (the
+next pass takes what was skipped), and one that comes after the seal finds a sealed row, whose leaf it shreds like
+any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.db.statements import Sql, Statement
+from app.keys.content import Sealer
+from app.sessions.repositories.sealing import TABLE, seal_content, seal_vector
+
+_PAGE = Statement(
+    """
+    SELECT id, tenant_id, session_id, content, token_ids, embedding::real[] AS embedding FROM artifacts
+     WHERE id > :after AND leaf IS NULL
+       AND (content IS NOT NULL OR token_ids IS NOT NULL OR embedding IS NOT NULL)
+     ORDER BY id
+     LIMIT :limit
+       FOR UPDATE SKIP LOCKED
+    """
+)
+
+_SEAL = Statement(
+    """
+    UPDATE artifacts
+       SET leaf = :leaf, content = NULL, content_sealed = :content_sealed, token_ids = NULL,
+           token_ids_sealed = :token_ids_sealed, embedding = NULL, embedding_sealed = :embedding_sealed
+     WHERE id = :id AND leaf IS NULL
+    """
+)
+
+_LEFT = Statement(
+    """
+    SELECT count(*) AS rows FROM artifacts
+     WHERE leaf IS NULL AND (content IS NOT NULL OR token_ids IS NOT NULL OR embedding IS NOT NULL)
+    """
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    sealed: int
+    after: str | None  # the cursor for the next page; None: the pass is over
+
+
+FIRST = ""  # before every id
+
+
+async def seal_page(sql: Sql, sealer: Sealer, after: str, limit: int) -> Page:
+    """Seal up to `limit` clear artifacts after id `after`, in the caller's transaction."""
+    rows = await sql.all(_PAGE, {"after": after, "limit": limit})
+    if not rows:
+        return Page(0, None)
+    sealed = 0
+    for row in rows:
+        tenant_id, artifact_id = row["tenant_id"], row["id"]
+        leaf = await sealer.leaf(tenant_id, row["session_id"])
+        columns = await seal_content(sealer, leaf, tenant_id, artifact_id, row["content"] or "", row["token_ids"] or [])
+        columns.update(await seal_vector(sealer, leaf, tenant_id, artifact_id, row["embedding"]))
+        sealed += await sql.rowcount(_SEAL, {
+            "id": artifact_id, "leaf": leaf, "content_sealed": columns["content_sealed"],
+            "token_ids_sealed": columns["token_ids_sealed"], "embedding_sealed": columns["embedding_sealed"],
+        })
+    return Page(sealed, rows[-1]["id"])
+
+
+async def left(sql: Sql) -> int:
+    row = await sql.one(_LEFT, {})
+    return int(row["rows"]) if row else 0
+
+
+TABLES = (TABLE,)
