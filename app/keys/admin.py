@@ -24,8 +24,9 @@ from app.keys.verify import OUTCOMES, VerifyReport
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
+from app.threads.repositories.sealing import SEALED_COLUMNS as THREADS
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS)
+SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS)
 
 
 class UnknownTenant(LookupError):
