@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from app.db.database import Database
+from app.db.statements import Sql
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
@@ -24,6 +25,7 @@ from app.keys.verify import OUTCOMES, VerifyReport
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
+from app.threads.repositories import shreds as thread_shreds
 from app.threads.repositories.sealing import SEALED_COLUMNS as THREADS
 
 SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS)
@@ -43,7 +45,7 @@ class TenantKeys:
     shards: int  # the shards those leaves fall in
     present: int  # of those, the shards whose cover is in the key store (a shard is written on its first key)
     damaged: int  # shards whose cover is there but is not a whole cover (Tampered: `lethe keys verify` says what)
-    pending_shreds: int  # forget jobs whose leaves are not punctured yet
+    pending_shreds: int  # forget jobs and thread removals (app/threads/shredding.py) whose leaves are not shredded
     oldest_pending_s: float | None
     horizon_s: int
 
@@ -76,7 +78,7 @@ class KeyAdmin:
 
     async def status(self, tenant: str | None = None) -> list[TenantKeys]:
         async with self.db.pg() as sql:
-            pending = await jobs_repo.pending_shreds_by_tenant(sql)
+            pending = await _pending(sql)
         lines = []
         for tenant_id, name, leaves in await self._tenants(tenant):
             shards = _shards(leaves)
@@ -99,7 +101,7 @@ class KeyAdmin:
         while done := await self.shredder.sweep():  # a round that completes nothing: the rest are refused for now
             settled += done
         async with self.db.pg() as sql:
-            pending = sum(s.jobs for s in (await jobs_repo.pending_shreds_by_tenant(sql)).values())
+            pending = sum(s.jobs for s in (await _pending(sql)).values())
         swept = 0
         for tenant_id, _name, leaves in await self._tenants(None):
             for shard in range(_shards(leaves)):
@@ -111,6 +113,17 @@ class KeyAdmin:
         tenant_id = None if tenant is None else (await self._tenants(tenant))[0][0]
         # A keyring of its own that never creates a shard: a check must not write to the store it checks.
         return await verify.verify(self.db, Keyring(self.provider, creates=False), SEALED, tenant=tenant_id)
+
+
+async def _pending(sql: Sql) -> dict[str, jobs_repo.PendingSummary]:
+    """Pending shreds per tenant: forget jobs' and thread removals' (which create no forget job), counted together."""
+    found = await jobs_repo.pending_shreds_by_tenant(sql)
+    for tenant_id, (records, oldest_s) in (await thread_shreds.pending_by_tenant(sql)).items():
+        jobs = found.get(tenant_id)
+        found[tenant_id] = jobs_repo.PendingSummary(
+            records + (jobs.jobs if jobs else 0), max(oldest_s, jobs.oldest_s if jobs else 0.0)
+        )
+    return found
 
 
 def _shards(leaves: int) -> int:

@@ -136,15 +136,27 @@ def test_a_thread_delete_punctures_every_leaf_of_its_rows_and_no_other(
     kept = client.get(f"/v1/threads/{other}/checkpoints").json()["checkpoints"]
     assert [c["checkpoint_id"] for c in kept] == ["c2", "c1"]
 
+    # A prune keeping the latest shreds the older checkpoint, its write and the blob only it used; nothing else.
+    rows = {(r["checkpoint_id"], r["leaf"]) for r in sql(
+        database_url, "SELECT checkpoint_id, leaf FROM thread_checkpoints WHERE thread_id = $1", other)}
+    [old_blob] = sql(database_url, "SELECT leaf FROM thread_blobs WHERE thread_id = $1 AND version = '1'", other)
+    pruned = client.post("/v1/threads:prune", json={"thread_ids": [other], "strategy": "keep_latest"})
+    assert pruned.status_code == 200 and pruned.json()["deleted_checkpoints"] == 1
+    keyring = _fresh_keyring(live_server)
+    gone = {leaf for cid, leaf in rows if cid == "c1"} | others["thread_writes"] | {old_blob["leaf"]}
+    assert [leaf for leaf in gone if _derives(keyring, tenant_id, leaf)] == []
+    assert all(_derives(keyring, tenant_id, leaf) for leaf in set().union(*_leaves(database_url, other).values()))
+
 
 def test_a_rewrite_shreds_the_rows_it_replaced_and_a_run_delete_the_rows_it_removed(
     client: httpx.Client, database_url: str, live_server: Any
 ) -> None:
     """forget_message's request: the blobs holding the message rewritten, a write dropped."""
     thread = _thread()
-    assert _put(client, thread, "c1", value=b"keep", metadata={"source": "loop", "run_id": "run-a"}).status_code == 200
+    run_a, run_b = f"run-a-{thread}", f"run-b-{thread}"  # run ids are tenant-wide: the conformance suite's are simple
+    assert _put(client, thread, "c1", value=b"keep", metadata={"source": "loop", "run_id": run_a}).status_code == 200
     assert _put(client, thread, "c2", parent="c1", value=b"secret", version="2",
-                metadata={"source": "loop", "run_id": "run-b"}).status_code == 200
+                metadata={"source": "loop", "run_id": run_b}).status_code == 200
     assert _put_writes(client, thread, "c2", b"secret write").status_code == 200
     tenant_id = _tenant(database_url, thread)
     blob_leaf = {r["version"]: r["leaf"] for r in sql(
@@ -166,15 +178,15 @@ def test_a_rewrite_shreds_the_rows_it_replaced_and_a_run_delete_the_rows_it_remo
     got = client.get(f"/v1/threads/{thread}/checkpoints/c2").json()
     assert [base64.b64decode(b["data"]) for b in got["blobs"]] == [b""] and got["writes"] == []
 
-    # delete_for_runs finds run-b's checkpoint by the clear run_id and shreds its row, and the blob only it used.
+    # delete_for_runs finds run b's checkpoint by the clear run_id and shreds its row, and the blob only it used.
     [c2] = sql(database_url, "SELECT leaf FROM thread_checkpoints WHERE thread_id = $1 AND checkpoint_id = 'c2'",
                thread)
-    gone = client.post("/v1/threads:delete_for_runs", json={"run_ids": ["run-b"]})
+    gone = client.post("/v1/threads:delete_for_runs", json={"run_ids": [run_b]})
     assert gone.status_code == 200 and gone.json()["deleted_checkpoints"] == 1
     keyring = _fresh_keyring(live_server)  # the first one cached the covers from before this shred
     assert not _derives(keyring, tenant_id, c2["leaf"]) and not _derives(keyring, tenant_id, fresh["leaf"])
     assert _derives(keyring, tenant_id, blob_leaf["1"])
-    filtered = client.get(f"/v1/threads/{thread}/checkpoints", params={"metadata": json.dumps({"run_id": "run-a"})})
+    filtered = client.get(f"/v1/threads/{thread}/checkpoints", params={"metadata": json.dumps({"run_id": run_a})})
     assert [c["checkpoint_id"] for c in filtered.json()["checkpoints"]] == ["c1"]
 
 
@@ -245,13 +257,14 @@ def test_a_row_from_before_sealing_reads_filters_copies_and_deletes_as_before(
     client: httpx.Client, database_url: str
 ) -> None:
     thread, target = _thread(), _thread()
+    legacy_run = f"legacy-{thread}"
     assert _put(client, thread, "c1", parent=None).status_code == 200
     tenant_id = _tenant(database_url, thread)
     # A checkpoint and its blob as migration 0012 wrote them: the saver's bytes, clear metadata, no leaf.
     sql(database_url, "INSERT INTO thread_checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, type,"
         " checkpoint, metadata, versions, generation) VALUES ($1, $2, '', 'c0', 'msgpack', $3, $4::jsonb,"
         " '{\"messages\": \"0\"}'::jsonb, 0)",
-        tenant_id, thread, b"legacy checkpoint", json.dumps({"source": "input", "run_id": "legacy-run"}))
+        tenant_id, thread, b"legacy checkpoint", json.dumps({"source": "input", "run_id": legacy_run}))
     sql(database_url, "INSERT INTO thread_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)"
         " VALUES ($1, $2, '', 'messages', '0', 'msgpack', $3)", tenant_id, thread, b"legacy blob")
 
@@ -270,7 +283,7 @@ def test_a_row_from_before_sealing_reads_filters_copies_and_deletes_as_before(
     again = client.get(f"/v1/threads/{target}/checkpoints/c0").json()
     assert [base64.b64decode(b["data"]) for b in again["blobs"]] == [b"legacy blob"]
 
-    gone = client.post("/v1/threads:delete_for_runs", json={"run_ids": ["legacy-run"]})
+    gone = client.post("/v1/threads:delete_for_runs", json={"run_ids": [legacy_run]})
     assert gone.json()["deleted_checkpoints"] == 2  # the legacy row, and its sealed copy (by the clear run_id)
     assert [c["checkpoint_id"] for c in client.get(f"/v1/threads/{thread}/checkpoints").json()["checkpoints"]] == [
         "c1"

@@ -17,6 +17,12 @@ _RECORD = Statement(
 )
 _DONE = Statement("DELETE FROM thread_pending_shreds WHERE id = :id")
 _PENDING = Statement("SELECT id, tenant_id, leaves FROM thread_pending_shreds ORDER BY id LIMIT :limit")
+_PENDING_BY_TENANT = Statement(
+    """
+    SELECT tenant_id, count(*) AS records, EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)) AS oldest_s
+      FROM thread_pending_shreds GROUP BY tenant_id
+    """
+)
 
 
 @dataclass(frozen=True)
@@ -43,3 +49,9 @@ async def done(sql: Sql, shred_id: int) -> None:
 async def pending(sql: Sql, *, limit: int) -> list[PendingShred]:
     rows = await sql.all(_PENDING, {"limit": limit})
     return [PendingShred(int(r["id"]), r["tenant_id"], list(r["leaves"])) for r in rows]
+
+
+async def pending_by_tenant(sql: Sql) -> dict[str, tuple[int, float]]:
+    """Per tenant with any: how many removals' shreds are pending, and the oldest one's age in seconds
+    (`lethe keys status` adds them to the forget jobs' pending shreds)."""
+    return {r["tenant_id"]: (int(r["records"]), float(r["oldest_s"])) for r in await sql.all(_PENDING_BY_TENANT, {})}
