@@ -124,7 +124,7 @@ class Container:
             webhooks=DetectorWebhooks(self.db, forget),
             conversations=CompatService(self.db, self.engine, sessions, forget),
             chat=ChatService(self.db, self.engine, sessions, forget),
-            threads=ThreadService(self.db, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
+            threads=ThreadService(self.db, sealer, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
         )
 
     def forget_worker(self) -> ForgetWorker:

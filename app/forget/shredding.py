@@ -6,6 +6,9 @@ memory DELETE does, before it answers). With the key provider down the shred sta
 (`at_rest: pending`); the forget worker retries every pending one on each of its polls (`sweep`), and so do shreds
 nobody settled at once (a record tombstoned by a forget job, as derived from what the job forgot). Shredding is
 idempotent: a retry of a shred that happened is a no-op in the provider.
+
+The thread routes create no forget jobs: what they removed is recorded in `thread_pending_shreds`
+(app/threads/shredding.py), and `sweep` retries those too.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from __future__ import annotations
 import logging
 
 from app.db.database import Database
+from app.db.statements import Sql
 from app.forget.repositories import jobs as jobs_repo
 from app.keys.content import Sealer
 from app.keys.errors import Unavailable
+from app.threads import shredding as thread_shredding
+from app.threads.repositories import shreds as thread_shreds
 
 log = logging.getLogger(__name__)
 
@@ -57,4 +63,15 @@ class Shredder:
                 done += await self.settle(job.tenant_id, job.id, job.leaves)
             except Exception:  # a damaged cover (Tampered) must stay loud, and must not stop the other shreds
                 log.exception("shred failed", extra={"forget_id": job.id})
-        return done
+        return done + await thread_shredding.sweep(self.db, self.sealer, limit=limit)
+
+    async def pending(self, sql: Sql) -> dict[str, jobs_repo.PendingSummary]:
+        """Pending shreds per tenant, forget jobs' and thread removals' (which create no forget job) counted
+        together: what `lethe keys status` shows and the erasure metrics export."""
+        found = await jobs_repo.pending_shreds_by_tenant(sql)
+        for tenant_id, (records, oldest_s) in (await thread_shreds.pending_by_tenant(sql)).items():
+            jobs = found.get(tenant_id)
+            found[tenant_id] = jobs_repo.PendingSummary(
+                records + (jobs.jobs if jobs else 0), max(oldest_s, jobs.oldest_s if jobs else 0.0)
+            )
+        return found

@@ -73,7 +73,7 @@ class ForgetWorker:
         if self.shredder is not None:  # shreds need no model: before the readiness check
             await self.shredder.sweep()
             async with self.db.pg() as sql:
-                pending = (await jobs_repo.pending_shreds_by_tenant(sql)).values()
+                pending = (await self.shredder.pending(sql)).values()
             self.metrics.erasure_pending.set(sum(p.jobs for p in pending))
             self.metrics.erasure_oldest_pending.set(max((p.oldest_s for p in pending), default=0.0))
         if not self.ready():

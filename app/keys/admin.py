@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from app.db import maintenance
 from app.db.database import Database
-from app.db.statements import Sql, Statement
-from app.forget.repositories import jobs as jobs_repo
+from app.db.statements import Sql
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
 from app.keys.content import Sealer
@@ -32,8 +32,9 @@ from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
 from app.sessions.repositories import legacy as artifacts_legacy
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
+from app.threads.repositories.sealing import SEALED_COLUMNS as THREADS
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS)
+SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class TenantKeys:
     shards: int  # the shards those leaves fall in
     present: int  # of those, the shards whose cover is in the key store (a shard is written on its first key)
     damaged: int  # shards whose cover is there but is not a whole cover (Tampered: `lethe keys verify` says what)
-    pending_shreds: int  # forget jobs whose leaves are not punctured yet
+    pending_shreds: int  # forget jobs and thread removals (app/threads/shredding.py) whose leaves are not shredded
     oldest_pending_s: float | None
     horizon_s: int
 
@@ -111,7 +112,7 @@ class KeyAdmin:
 
     async def status(self, tenant: str | None = None) -> list[TenantKeys]:
         async with self.db.pg() as sql:
-            pending = await jobs_repo.pending_shreds_by_tenant(sql)
+            pending = await self.shredder.pending(sql)
         lines = []
         for tenant_id, name, leaves in await self._tenants(tenant):
             shards = _shards(leaves)
@@ -134,7 +135,7 @@ class KeyAdmin:
         while done := await self.shredder.sweep():  # a round that completes nothing: the rest are refused for now
             settled += done
         async with self.db.pg() as sql:
-            pending = sum(s.jobs for s in (await jobs_repo.pending_shreds_by_tenant(sql)).values())
+            pending = sum(s.jobs for s in (await self.shredder.pending(sql)).values())
         swept = 0
         for tenant_id, _name, leaves in await self._tenants(None):
             for shard in range(_shards(leaves)):
@@ -146,7 +147,6 @@ class KeyAdmin:
         tenant_id = None if tenant is None else (await self._tenants(tenant))[0][0]
         # A keyring of its own that never creates a shard: a check must not write to the store it checks.
         return await verify.verify(self.db, Keyring(self.provider, creates=False), SEALED, tenant=tenant_id)
-
 
     async def seal(self, *, batch: int = 200, vacuum: Vacuum = "plain") -> Sealing:
         """Seal every row a domain wrote in the clear before its sealing migration, online: a page per transaction,
@@ -174,10 +174,9 @@ class KeyAdmin:
             sealed[domain.name] = total
         vacuumed: list[str] = []
         if vacuum != "none":
-            command = "VACUUM (FULL, ANALYZE)" if vacuum == "full" else "VACUUM (ANALYZE)"
             async with self.db.pg() as sql:
                 for table in (t for d in LEGACY for t in d.tables):
-                    await sql.rowcount(Statement(f"{command} {table}"), {})  # names from the domains, not input
+                    await maintenance.vacuum(sql, table, full=vacuum == "full")
                     vacuumed.append(table)
         return Sealing(sealed, left, vacuumed, vacuum)
 

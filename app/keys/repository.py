@@ -33,6 +33,8 @@ async def record_identity(sql: Sql, identity: str, provider: str) -> RecordedSto
 def _page(column: SealedColumn, *, first: bool, one_tenant: bool) -> Statement:
     # Identifiers come from the declarations in code (app/keys/sealed.py), never from input.
     where = [" OR ".join(f"{name} IS NOT NULL" for name in column.ciphertexts)]
+    if column.only is not None:
+        where.append(column.only)
     if one_tenant:
         where.append(f"{column.tenant} = :tenant")
     if not first:

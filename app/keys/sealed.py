@@ -27,6 +27,9 @@ class SealedColumn:
     columns: tuple[str, ...] = ()  # what else `binding` reads from the row
     tenant: str = "tenant_id"
     leaf: str = "leaf"
+    # Where a column holds a ciphertext only on some rows (sealed in place: the threads' bytea columns hold legacy
+    # plaintext where `leaf` is NULL), the SQL condition naming those rows.
+    only: str | None = None
 
     def selected(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*self.key, self.tenant, self.leaf, *self.columns, *self.ciphertexts)))

@@ -10,6 +10,12 @@ is one transaction under the same lock: refused when anything was written since 
 (`revision`), and once done it bumps the thread's `generation`, so a writer whose base was read before the rewrite
 (it still holds the message) is refused too.
 
+Thread data is sealed at rest (docs/erasure-at-rest.md, the threads slice): the repositories seal what a route
+stores before its transaction opens (the key provider down: 503 `keys-unavailable` with Retry-After, nothing written)
+and open what it reads. Every route that removes or replaces stored rows (a delete, delete_for_runs, a prune, a
+rewrite, a put replacing a checkpoint) records their leaves in its transaction and shreds them once it committed,
+before it answers (app/threads/shredding.py); the provider down, the shred stays pending for the forget worker.
+
 All SQL lives in `app.threads.repositories`; this module decides what a result means and raises typed errors.
 """
 
@@ -22,8 +28,11 @@ import json
 from app.db.database import Database
 from app.db.statements import Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PayloadTooLarge, PreconditionFailed
-from app.threads.repositories import checkpoints, locks, removals
+from app.keys.content import Sealer
+from app.threads import shredding
+from app.threads.repositories import checkpoints, locks, removals, shreds
 from app.threads.repositories.checkpoints import Blob, Stored
+from app.threads.repositories.shreds import PendingShred
 from app.threads.schemas import (
     BlobOut,
     CheckpointOut,
@@ -104,9 +113,14 @@ def _out(thread_id: str, stored: Stored) -> CheckpointOut:
 
 
 class ThreadService:
-    def __init__(self, db: Database, *, max_checkpoint_bytes: int) -> None:
+    def __init__(self, db: Database, sealer: Sealer, *, max_checkpoint_bytes: int) -> None:
         self.db = db
+        self.sealer = sealer
         self.max_checkpoint_bytes = max_checkpoint_bytes
+
+    async def _shred(self, pending: PendingShred | None) -> None:
+        """After the commit, never before: a shred whose removal rolled back would erase live rows."""
+        await shredding.settle(self.db, self.sealer, pending)
 
     def _check_size(self, size: int, what: str) -> None:
         if size > self.max_checkpoint_bytes:
@@ -137,20 +151,27 @@ class ThreadService:
         checkpoint = _bytes(body.checkpoint.data, "checkpoint")
         blobs = [Blob(b.channel, b.version, b.type, _bytes(b.data, f"blob {b.channel!r}")) for b in body.blobs]
         self._check_size(len(checkpoint) + sum(len(b.data) for b in blobs), "the checkpoint")
+        sealed = await checkpoints.seal_put(
+            self.sealer, tenant_id, thread_id, body.checkpoint_ns, checkpoint_id, checkpoint=checkpoint,
+            metadata=body.metadata, blobs=blobs,
+        )
         async with self.db.pg_transaction() as sql:
             locked = await locks.lock(sql, tenant_id, thread_id)
             if body.parent_id is not None:
                 await self._check_base(sql, tenant_id, thread_id, body.checkpoint_ns, body.parent_id,
                                        locked.generation, body.generation)
-            stored = await checkpoints.put(
+            outcome = await checkpoints.put(
                 sql, tenant_id, thread_id, body.checkpoint_ns, checkpoint_id, body.parent_id,
-                type=body.checkpoint.type, checkpoint=checkpoint, metadata=body.metadata,
-                channel_versions=body.channel_versions, blobs=blobs, generation=locked.generation,
+                type=body.checkpoint.type, sealed=sealed, channel_versions=body.channel_versions,
+                generation=locked.generation,
             )
-            if not stored:
+            retired = outcome.replaced
+            if not outcome.stored:
                 # Committed with the refusal: this checkpoint is dead too, so its writes never land either.
-                await checkpoints.bury(sql, tenant_id, thread_id, checkpoint_id)
-        if not stored:
+                retired = await checkpoints.bury(sql, tenant_id, thread_id, checkpoint_id)
+            pending = await shreds.record(sql, tenant_id, retired)
+        await self._shred(pending)
+        if not outcome.stored:
             raise ThreadDeleted(
                 f"thread {thread_id!r} was deleted: checkpoint {checkpoint_id!r} or its parent "
                 f"{body.parent_id!r} is gone and nothing is written on top of it", thread_id=thread_id,
@@ -164,14 +185,19 @@ class ThreadService:
         by_idx = {w.idx: (w.idx, w.channel, w.type, _bytes(w.data, f"write {w.idx}")) for w in body.writes}
         writes = list(by_idx.values())
         self._check_size(sum(len(w[3]) for w in writes), "the writes")
+        sealed = await checkpoints.seal_writes(
+            self.sealer, tenant_id, thread_id, body.checkpoint_ns, checkpoint_id, body.task_id, writes
+        )
         async with self.db.pg_transaction() as sql:
             locked = await locks.lock(sql, tenant_id, thread_id)
             await self._check_base(sql, tenant_id, thread_id, body.checkpoint_ns, checkpoint_id, locked.generation,
                                    body.generation)
-            stored = await checkpoints.put_writes(
-                sql, tenant_id, thread_id, body.checkpoint_ns, checkpoint_id, body.task_id, body.task_path, writes
+            outcome = await checkpoints.put_writes(
+                sql, tenant_id, thread_id, body.checkpoint_ns, checkpoint_id, body.task_id, body.task_path, sealed
             )
-        if not stored:
+            pending = await shreds.record(sql, tenant_id, outcome.replaced)
+        await self._shred(pending)
+        if not outcome.stored:
             raise ThreadDeleted(
                 f"thread {thread_id!r} was deleted: checkpoint {checkpoint_id!r} is gone", thread_id=thread_id,
             )
@@ -179,7 +205,7 @@ class ThreadService:
 
     async def get(self, tenant_id: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> CheckpointOut:
         async with self.db.pg() as sql:
-            stored = await checkpoints.one(sql, tenant_id, thread_id, checkpoint_ns, checkpoint_id)
+            stored = await checkpoints.one(sql, self.sealer, tenant_id, thread_id, checkpoint_ns, checkpoint_id)
         if stored is None:
             raise NotFound(f"no checkpoint {checkpoint_id!r} in thread {thread_id!r} (namespace {checkpoint_ns!r})")
         return _out(thread_id, stored)
@@ -191,8 +217,8 @@ class ThreadService:
         filter_ = self._metadata_filter(metadata)
         after = decode_cursor(cursor) if cursor is not None else None
         async with self.db.pg() as sql:
-            rows = await checkpoints.page(sql, tenant_id, thread_id, checkpoint_ns=checkpoint_ns, before=before,
-                                          after=after, metadata=filter_, limit=limit + 1)
+            rows = await checkpoints.page(sql, self.sealer, tenant_id, thread_id, checkpoint_ns=checkpoint_ns,
+                                          before=before, after=after, metadata=filter_, limit=limit + 1)
         last = rows[limit - 1] if len(rows) > limit else None
         return CheckpointPage(
             checkpoints=[_out(thread_id, r) for r in rows[:limit]],
@@ -215,8 +241,10 @@ class ThreadService:
         async with self.db.pg_transaction(forget=True) as sql:
             if await locks.lock_existing(sql, tenant_id, thread_id) is None:
                 raise NotFound(f"no thread {thread_id!r}")
-            deleted = await removals.delete(sql, tenant_id, [thread_id])
-        return DeleteOut(thread_id=thread_id, deleted_checkpoints=deleted)
+            removed = await removals.delete(sql, tenant_id, [thread_id])
+            pending = await shreds.record(sql, tenant_id, removed.leaves)
+        await self._shred(pending)
+        return DeleteOut(thread_id=thread_id, deleted_checkpoints=removed.checkpoints)
 
     async def delete_for_runs(self, tenant_id: str, run_ids: list[str]) -> DeletedOut:
         if not run_ids:
@@ -224,8 +252,10 @@ class ThreadService:
         async with self.db.pg_transaction(forget=True) as sql:
             threads = await removals.threads_of_runs(sql, tenant_id, run_ids)
             locked = await locks.lock_many(sql, tenant_id, threads)
-            deleted = await removals.delete_runs(sql, tenant_id, locked, run_ids) if locked else 0
-        return DeletedOut(deleted_checkpoints=deleted)
+            removed = await removals.delete_runs(sql, tenant_id, locked, run_ids) if locked else removals.NOTHING
+            pending = await shreds.record(sql, tenant_id, removed.leaves)
+        await self._shred(pending)
+        return DeletedOut(deleted_checkpoints=removed.checkpoints)
 
     async def prune(self, tenant_id: str, thread_ids: list[str], strategy: str) -> DeletedOut:
         if not thread_ids:
@@ -233,12 +263,14 @@ class ThreadService:
         async with self.db.pg_transaction(forget=True) as sql:
             locked = await locks.lock_many(sql, tenant_id, sorted(set(thread_ids)))
             if not locked:
-                deleted = 0
+                removed = removals.NOTHING
             elif strategy == "delete":
-                deleted = await removals.delete(sql, tenant_id, locked)
+                removed = await removals.delete(sql, tenant_id, locked)
             else:
-                deleted = await removals.delete_all_but_latest(sql, tenant_id, locked)
-        return DeletedOut(deleted_checkpoints=deleted)
+                removed = await removals.delete_all_but_latest(sql, tenant_id, locked)
+            pending = await shreds.record(sql, tenant_id, removed.leaves)
+        await self._shred(pending)
+        return DeletedOut(deleted_checkpoints=removed.checkpoints)
 
     async def copy(self, tenant_id: str, thread_id: str, target_id: str) -> CopyOut:
         if target_id == thread_id:
@@ -250,7 +282,7 @@ class ThreadService:
                 await locks.lock(sql, tenant_id, locking)
             if not await removals.has_checkpoints(sql, tenant_id, thread_id):
                 raise NotFound(f"no thread {thread_id!r}")
-            copied = await removals.copy(sql, tenant_id, thread_id, target_id)
+            copied = await removals.copy(sql, self.sealer, tenant_id, thread_id, target_id)
         if copied is None:
             raise ThreadDeleted(
                 f"thread {target_id!r} had checkpoints of {thread_id!r} deleted from it: they are not stored again",
@@ -264,15 +296,15 @@ class ThreadService:
             state = await locks.state(sql, tenant_id, thread_id)
             if state is None:
                 raise NotFound(f"no thread {thread_id!r}")
-            blobs = await removals.all_blobs(sql, tenant_id, thread_id)
-            writes = await removals.all_writes(sql, tenant_id, thread_id)
+            blobs = await removals.all_blobs(sql, self.sealer, tenant_id, thread_id)
+            writes = await removals.all_writes(sql, self.sealer, tenant_id, thread_id)
         return ThreadValues(
             thread_id=thread_id, revision=state.revision, generation=state.generation,
             blobs=[StoredBlob(checkpoint_ns=b["checkpoint_ns"], channel=b["channel"], version=b["version"],
-                              type=b["type"], data=_b64(bytes(b["blob"]))) for b in blobs],
+                              type=b["type"], data=_b64(b["blob"])) for b in blobs],
             writes=[StoredWrite(checkpoint_ns=w["checkpoint_ns"], checkpoint_id=w["checkpoint_id"],
                                 task_id=w["task_id"], idx=w["idx"], channel=w["channel"], type=w["type"],
-                                data=_b64(bytes(w["blob"])), task_path=w["task_path"]) for w in writes],
+                                data=_b64(w["blob"]), task_path=w["task_path"]) for w in writes],
         )
 
     async def rewrite(self, tenant_id: str, thread_id: str, body: RewriteIn) -> RewriteOut:
@@ -281,6 +313,9 @@ class ThreadService:
         writes = [(w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.type, _bytes(w.data, f"write {w.task_id!r}"))
                   for w in body.writes]
         dropped = [(w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx) for w in body.drop_writes]
+        sealed_blobs, sealed_writes = await removals.seal_rewrite(
+            self.sealer, tenant_id, thread_id, blobs=blobs, writes=writes
+        )
         async with self.db.pg_transaction(forget=True) as sql:
             locked = await locks.lock_existing(sql, tenant_id, thread_id)
             if locked is None:
@@ -290,5 +325,10 @@ class ThreadService:
                     f"thread {thread_id!r} changed since revision {body.revision} was read: read its values again",
                     revision=locked.revision - 1,
                 )
-            generation = await removals.replace(sql, tenant_id, thread_id, blobs=blobs, writes=writes, dropped=dropped)
+            generation, retired = await removals.replace(
+                sql, tenant_id, thread_id, blobs=sealed_blobs, writes=sealed_writes, dropped=dropped
+            )
+            pending = await shreds.record(sql, tenant_id, retired)
+        # What the rewrite took out (the forgotten message in the replaced values) stops opening in every copy.
+        await self._shred(pending)
         return RewriteOut(thread_id=thread_id, revision=locked.revision, generation=generation)
