@@ -32,6 +32,7 @@ from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
 from app.sessions.repositories import legacy as artifacts_legacy
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
+from app.threads.repositories import legacy as threads_legacy
 from app.threads.repositories.sealing import SEALED_COLUMNS as THREADS
 
 SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS)
@@ -53,6 +54,7 @@ LEGACY: tuple[Legacy, ...] = (
     Legacy("memory", memory_legacy.FIRST, memory_legacy.seal_page, memory_legacy.left, memory_legacy.TABLES),
     Legacy("artifacts", artifacts_legacy.FIRST, artifacts_legacy.seal_page, artifacts_legacy.left,
            artifacts_legacy.TABLES),
+    Legacy("threads", threads_legacy.FIRST, threads_legacy.seal_page, threads_legacy.left, threads_legacy.TABLES),
 )
 Vacuum = Literal["plain", "full", "none"]
 

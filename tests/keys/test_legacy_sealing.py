@@ -10,6 +10,7 @@ Against the run's real PostgreSQL, local key store and server.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -82,7 +83,7 @@ def test_seal_turns_an_upgraded_databases_plaintext_into_ciphertext_that_reads_t
 
     result, done = _seal(database_url, "--batch", "2", "--vacuum", "full")  # pages of 2: cursors across pages
     assert result.exit_code == 0, result.stdout + result.stderr
-    assert done["left"] == {"memory": 0, "artifacts": 0} and done["sealed"]["memory"] >= 4
+    assert done["left"] == {"memory": 0, "artifacts": 0, "threads": 0} and done["sealed"]["memory"] >= 4
     assert done["sealed"]["artifacts"] >= len(before) and done["vacuum"] == "full"
     assert _clear_rows(database_url, tenant_id, ns, session_id) == 0
 
@@ -112,6 +113,43 @@ def test_seal_turns_an_upgraded_databases_plaintext_into_ciphertext_that_reads_t
     forgot = client.delete(f"/v1/memory/{ns}/old").json()
     job = client.get(f"/v1/forget/{forgot['forget_id']}").json()
     assert job["erasure"]["at_rest"] == "complete", job
+
+
+def test_seal_takes_thread_data_from_before_0020_and_runs_are_still_found(
+    client: httpx.Client, database_url: str
+) -> None:
+    thread, run = "legacy-" + uuid.uuid4().hex[:10], "run-" + uuid.uuid4().hex[:8]
+    body = {"checkpoint_ns": "", "parent_id": None, "checkpoint": {"type": "msgpack", "data": _b64(b"new")},
+            "metadata": {"source": "loop", "step": 1}, "channel_versions": {}, "blobs": []}
+    assert client.put(f"/v1/threads/{thread}/checkpoints/c1", json=body).status_code == 200
+    [row] = sql(database_url, "SELECT tenant_id FROM threads WHERE thread_id = $1", thread)
+    # A checkpoint, its channel value and a pending write as migration 0012 wrote them: clear bytes, no leaf.
+    sql(database_url, "INSERT INTO thread_checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, type, "
+        "checkpoint, metadata, versions, generation) VALUES ($1, $2, '', 'c0', 'msgpack', $3, $4::jsonb, "
+        "'{\"messages\": \"0\"}'::jsonb, 0)", row["tenant_id"], thread, b"old checkpoint",
+        json.dumps({"source": "input", "run_id": run}))
+    sql(database_url, "INSERT INTO thread_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob) "
+        "VALUES ($1, $2, '', 'messages', '0', 'msgpack', $3)", row["tenant_id"], thread, b"old blob")
+    sql(database_url, "INSERT INTO thread_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+        "channel, type, blob) VALUES ($1, $2, '', 'c0', 't', 0, 'messages', 'msgpack', $3)",
+        row["tenant_id"], thread, b"old write")
+
+    result, done = _seal(database_url, "--vacuum", "none")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert done["left"]["threads"] == 0 and done["sealed"]["threads"] >= 3
+    for table in ("thread_checkpoints", "thread_blobs", "thread_writes"):
+        assert sql(database_url, f"SELECT count(*) AS n FROM {table} WHERE thread_id = $1 AND leaf IS NULL",
+                   thread)[0]["n"] == 0, table
+    got = client.get(f"/v1/threads/{thread}/checkpoints/c0").json()
+    assert base64.b64decode(got["checkpoint"]["data"]) == b"old checkpoint"
+    assert [base64.b64decode(b["data"]) for b in got["blobs"]] == [b"old blob"]
+    assert [base64.b64decode(w["data"]) for w in got["writes"]] == [b"old write"]
+    gone = client.post("/v1/threads:delete_for_runs", json={"run_ids": [run]})  # found by the clear run_id
+    assert gone.status_code == 200 and gone.json()["deleted_checkpoints"] == 1
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def test_a_row_a_writer_holds_is_skipped_reported_and_sealed_by_the_next_run(
