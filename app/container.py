@@ -29,6 +29,7 @@ from app.openai_compat.service import CompatService
 from app.policies import build_policies
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.subjects.service import SubjectService
 from app.tenants.service import TenantService
 from app.threads.service import ThreadService
 from app.webhooks.service import DetectorWebhooks
@@ -63,6 +64,7 @@ class Services:
     conversations: CompatService
     chat: ChatService
     threads: ThreadService
+    subjects: SubjectService
 
 
 @dataclass
@@ -125,6 +127,7 @@ class Container:
             conversations=CompatService(self.db, self.engine, sessions, forget),
             chat=ChatService(self.db, self.engine, sessions, forget),
             threads=ThreadService(self.db, sealer, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
+            subjects=SubjectService(self.db, sealer),
         )
 
     def forget_worker(self) -> ForgetWorker:

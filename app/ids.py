@@ -37,3 +37,8 @@ def plausible(value: str) -> bool:
     API's bound for ids; the ones it issues are shorter). Anything else names nothing: it answers 404 without a
     database lookup, so a NUL or an unpaired surrogate in a path never reaches a statement."""
     return _PLAUSIBLE.fullmatch(value) is not None
+
+
+# A data subject's id is the caller's own name for a person (an account id, a customer number: app/subjects/), not
+# one this service issues. It travels in paths, so it is kept to characters a path carries as they are.
+SUBJECT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$"

@@ -35,6 +35,7 @@ from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
 from app.sessions import endpoints as sessions
 from app.settings import Settings
+from app.subjects import endpoints as subjects
 from app.tenants.service import TenantService
 from app.threads import endpoints as threads
 from app.web.middleware import ObservabilityMiddleware
@@ -134,7 +135,7 @@ def create_app(
     )
     install_problem_handlers(app)
     app.include_router(health.router)
-    for router in (sessions.router, forget.router, memory.router, threads.router):
+    for router in (sessions.router, forget.router, memory.router, threads.router, subjects.router):
         app.include_router(router, responses=V1_ERRORS)
     app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
     app.include_router(webhooks.router, responses={

@@ -1,5 +1,6 @@
 """Persistence: SQLAlchemy 2 async over asyncpg, PostgreSQL with pgvector, Alembic migrations."""
 
-# The thread and OpenAI tables join `Base` wherever the models are loaded.
+# The thread, OpenAI and subject tables join `Base` wherever the models are loaded.
 from app.db import openai_models as openai_models
+from app.db import subject_models as subject_models
 from app.db import thread_models as thread_models

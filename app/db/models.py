@@ -100,6 +100,7 @@ class AgentSession(Base):
             "checkpoint_policy IN ('every_turn', 'before_injections', 'session_start')", name="checkpoint_policy"
         ),
         UniqueConstraint("tenant_id", "id"),
+        Index("ix_sessions_subject", "tenant_id", "subject_id", postgresql_where=text("subject_id IS NOT NULL")),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -115,6 +116,8 @@ class AgentSession(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     system_prompt: Mapped[str | None] = mapped_column(Text)
     memory_namespace: Mapped[str | None] = mapped_column(String(200))
+    # The data subject the session is about (app/subjects/): what their erasure erases and their export exports.
+    subject_id: Mapped[str | None] = mapped_column(String(200))
     context_policy: Mapped[str] = mapped_column(String(20), nullable=False, default="full")
     checkpoint_policy: Mapped[str] = mapped_column(String(30), nullable=False, default="every_turn")
     retrieval: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)

@@ -38,6 +38,7 @@ from app.openai_compat.items import message_text
 from app.openai_compat.markup import visible_text
 from app.openai_compat.objects import lethe_tools
 from app.openai_compat.schemas import ChatCompletionCreate, FunctionTool
+from app.openai_compat.subjects import subject_of
 from app.runtime.blocks import Observation
 from app.runtime.engine_calls import Usage
 from app.sessions.repositories import sessions as sessions_repo
@@ -155,7 +156,9 @@ class ChatService:
             session_id, expect = session.id, head.turn
         else:
             system = "\n\n".join(m["content"] for m in prefix) if prefix else None
-            view = await self.sessions.create(tenant_id, SessionConfig(system_prompt=system, tools=tools))
+            subject = subject_of(safety_identifier=body.safety_identifier, user=body.user)
+            view = await self.sessions.create(tenant_id, SessionConfig(system_prompt=system, tools=tools,
+                                                                       subject_id=subject))
             session_id, expect = view.row.id, 0
         stops = [body.stop] if isinstance(body.stop, str) else body.stop
         sampling = {k: v for k, v in (

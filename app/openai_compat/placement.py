@@ -29,6 +29,7 @@ from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter
 from app.openai_compat.items import observations, split_system
 from app.openai_compat.schemas import ResponseCreate
+from app.openai_compat.subjects import subject_of
 from app.runtime.blocks import Observation
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
@@ -94,7 +95,10 @@ class Placer:
             observed = observations(items, "input", offset)
             if not observed:
                 raise BadParameter("input", "input holds no user message or function_call_output to answer")
-            view = await self.sessions.create(tenant_id, SessionConfig(system_prompt=system, tools=tools or []))
+            subject = subject_of(safety_identifier=body.safety_identifier, user=body.user)
+            view = await self.sessions.create(
+                tenant_id, SessionConfig(system_prompt=system, tools=tools or [], subject_id=subject)
+            )
             return Placement(view.row.id, observed, 0, None, True)
         return await self._resent(tenant_id, given[:end], items[end:], given[end:], system, tools, offset + end)
 
@@ -143,7 +147,8 @@ class Placer:
         if session.turns > 0:
             raise _differs("instructions" if system != session.system_prompt else "tools")
         fresh = await self.sessions.create(
-            tenant_id, SessionConfig(system_prompt=system, tools=wanted, sampling=dict(session.sampling))
+            tenant_id, SessionConfig(system_prompt=system, tools=wanted, sampling=dict(session.sampling),
+                                     subject_id=session.subject_id),
         )
         if conversation_id is not None:
             async with self.db.transaction() as tx:

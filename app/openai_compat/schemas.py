@@ -84,8 +84,11 @@ class ResponseCreate(Request):
     max_tool_calls: int | None = Field(
         default=None, ge=0, description="Bounds built-in tool calls; this server runs none"
     )
-    user: Identifier | None = Field(default=None, description="An end-user identifier for OpenAI; not stored here")
-    safety_identifier: Identifier | None = Field(default=None, description="As `user`")
+    user: Identifier | None = Field(
+        default=None, description="The end user: the data subject (docs/subjects.md) of a session this request "
+        "creates, unless `safety_identifier` is given (it must then match a subject id's pattern; 400 otherwise)",
+    )
+    safety_identifier: Identifier | None = Field(default=None, description="As `user`, and preferred to it")
     prompt_cache_key: Identifier | None = Field(
         default=None, description="A cache-bucketing hint; Lethe's cache is the conversation's own"
     )
@@ -158,8 +161,11 @@ class ChatCompletionCreate(Request):
     )
     modalities: list[Literal["text"]] | None = Field(default=None, max_length=1, description="Only `[\"text\"]`")
     service_tier: Literal["auto", "default"] | None = Field(default=None, description="One tier: `auto` or `default`")
-    user: Identifier | None = Field(default=None, description="An end-user identifier for OpenAI; not stored here")
-    safety_identifier: Identifier | None = Field(default=None, description="As `user`")
+    user: Identifier | None = Field(
+        default=None, description="The end user: the data subject (docs/subjects.md) of a session this request "
+        "creates, unless `safety_identifier` is given (it must then match a subject id's pattern; 400 otherwise)",
+    )
+    safety_identifier: Identifier | None = Field(default=None, description="As `user`, and preferred to it")
     prompt_cache_key: Identifier | None = Field(
         default=None, description="A cache-bucketing hint; Lethe's cache is the conversation's own"
     )

@@ -49,6 +49,7 @@ from app.openai_compat.items import ITEM_KINDS, item_of, items_of, observations,
 from app.openai_compat.objects import lethe_tools, page, plan_response, require_id, response_object, ts
 from app.openai_compat.placement import Placement, Placer, by_digest, holder, put_head
 from app.openai_compat.schemas import ResponseCreate
+from app.openai_compat.subjects import subject_of
 from app.sessions.branching import Branching
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
@@ -106,7 +107,8 @@ class CompatService:
     ) -> dict[str, Any]:
         system, rest = split_system(items, "items")
         observed = observations(rest, "items", offset=len(items) - len(rest))
-        view = await self.sessions.create(tenant_id, SessionConfig(system_prompt=system))
+        subject = subject_of(**{"metadata.lethe_subject_id": metadata.get("lethe_subject_id")})
+        view = await self.sessions.create(tenant_id, SessionConfig(system_prompt=system, subject_id=subject))
         try:
             if observed:
                 await self.sessions.turn(tenant_id, view.row.id, observed, generate=False)

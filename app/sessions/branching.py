@@ -33,8 +33,8 @@ from app.sessions.repositories.branching import Row, Transitions
 from app.sessions.service import SessionService
 from app.sessions.views import StaleHead
 
-_SESSION_COPIED = ("tenant_id", "system_prompt", "memory_namespace", "context_policy", "checkpoint_policy",
-                   "retrieval", "tools", "compaction")
+_SESSION_COPIED = ("tenant_id", "system_prompt", "memory_namespace", "subject_id", "context_policy",
+                   "checkpoint_policy", "retrieval", "tools", "compaction")
 
 
 class Branching:

@@ -73,6 +73,7 @@ def _session_out(view: SessionView) -> SessionOut:
         pending_tool_calls=[ToolCallOut(id=c.id, name=c.name, arguments=c.arguments) for c in view.pending],
         system_prompt=row.system_prompt,
         memory_namespace=row.memory_namespace,
+        subject_id=row.subject_id,
         context_policy=row.context_policy,
         retrieval=RetrievalConfig.model_validate(row.retrieval) if row.retrieval else None,
         checkpoint_policy=row.checkpoint_policy,
@@ -152,6 +153,7 @@ async def create_session(
         tools=_tools(body.tools),
         sampling=body.sampling.model_dump(),
         compaction=body.compaction.model_dump() if body.compaction.max_tokens else {},
+        subject_id=body.subject_id,
     )
     view = await sessions.create(principal.tenant_id, config)
     await stamp(response, container.db)

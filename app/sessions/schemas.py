@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.forget.schemas import ForgetJobOut
+from app.ids import SUBJECT_ID_PATTERN
 from app.request_model import Name, RequestModel
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS
 from app.runtime.engine_calls import SAMPLING_DEFAULTS
@@ -99,6 +100,10 @@ class SessionCreate(RequestModel):
     tools: list[ToolSpec] = Field(default_factory=list, max_length=64)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
+    subject_id: str | None = Field(
+        default=None, max_length=200, pattern=SUBJECT_ID_PATTERN,
+        description="The data subject (person) the session is about: their erasure erases it, their export exports it",
+    )
 
 
 class ToolCallOut(BaseModel):
@@ -122,6 +127,7 @@ class SessionOut(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     sampling: SamplingConfig | None = None
     compaction: CompactionPolicy | None = None
+    subject_id: str | None = None
 
 
 class UserInput(RequestModel):

@@ -35,6 +35,7 @@ from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import leases as leases_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
+from app.subjects import repository as subjects_repo
 from app.tool_calls import ToolCall
 
 MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
@@ -102,8 +103,10 @@ class SessionService:
                     rendered = [(b.meta["key"], int(b.meta["version"])) for b in memory]
                     if [(r.key, r.version) for r in locked] != rendered:
                         continue
+                if config.subject_id is not None:
+                    await subjects_repo.ensure(tx, tenant_id, config.subject_id)
                 row = await sessions_repo.create(
-                    tx, id=session_id, tenant_id=tenant_id, epoch=0, status="idle",
+                    tx, id=session_id, tenant_id=tenant_id, epoch=0, status="idle", subject_id=config.subject_id,
                     system_prompt=config.system_prompt, memory_namespace=config.memory_namespace,
                     context_policy=config.context_policy, checkpoint_policy=config.checkpoint_policy,
                     retrieval=config.retrieval, tools=config.tools, sampling=config.sampling,

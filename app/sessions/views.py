@@ -22,6 +22,7 @@ class SessionConfig:
     tools: list[dict[str, Any]] = field(default_factory=list)
     sampling: dict[str, Any] = field(default_factory=dict)
     compaction: dict[str, Any] = field(default_factory=dict)
+    subject_id: str | None = None  # the data subject it is about (app/subjects/)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,31 @@
+"""Data subjects (app/subjects/, migration 0022): the people data is about, per tenant, beside app/db/models.py on
+the same `Base`. A subject row holds ids only: the caller's id for the person, the memory namespaces linked to them,
+and, once erased, when and by which forget job. Sessions name their subject (`sessions.subject_id`); what a subject
+owns is found from there, never copied here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, ForeignKey, String, func
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.models import Base, created_now
+
+
+class Subject(Base):
+    __tablename__ = "subjects"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    memory_namespaces: Mapped[list[str]] = mapped_column(
+        ARRAY(String(200)), nullable=False, default=list, server_default="{}"
+    )
+    created_at: Mapped[datetime] = created_now()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now(), onupdate=func.now()
+    )
+    erased_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    erase_forget_id: Mapped[str | None] = mapped_column(String(40))

@@ -1,0 +1,33 @@
+"""The subjects routes' shapes (docs/API.md, "Data subjects")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from app.memory.schemas import NAMESPACE_PATTERN
+from app.request_model import RequestModel
+
+MAX_NAMESPACES = 100
+MAX_LISTED = 100
+Namespace = Annotated[str, Field(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)]
+
+
+class SubjectPut(RequestModel):
+    memory_namespaces: list[Namespace] = Field(
+        max_length=MAX_NAMESPACES,
+        description="Exactly the memory namespaces that are this subject's (replaces the list; [] unlinks all)",
+    )
+
+
+class SubjectOut(BaseModel):
+    id: str
+    memory_namespaces: list[str]
+    sessions: int = Field(description="How many sessions name this subject")
+    session_ids: list[str] = Field(description=f"The first {MAX_LISTED}, oldest first")
+    conversation_ids: list[str] = Field(description=f"OpenAI conversations among those {MAX_LISTED} sessions")
+    created_at: datetime
+    erased_at: datetime | None = None
+    erase_forget_id: str | None = None
