@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from app.db.database import Database
 from app.forget.repositories import jobs as jobs_repo
+from app.forget.repositories.sealing import SEALED_COLUMNS as FORGET_JOBS
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
 from app.keys.errors import Tampered
@@ -25,7 +26,7 @@ from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
 from app.tenants import repository as tenants_repo
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS)
+SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *FORGET_JOBS)
 
 
 class UnknownTenant(LookupError):
