@@ -312,7 +312,8 @@ class ForgetJob(Base):
         # Migration 0019: the reason in at most one form, a sealed row names its leaf.
         CheckConstraint("reason IS NULL OR reason_sealed IS NULL", name="one_reason"),
         CheckConstraint(
-            "(target_sealed IS NULL AND reason_sealed IS NULL) OR leaf IS NOT NULL", name="sealed_with_leaf"
+            "(target_sealed IS NULL AND reason_sealed IS NULL AND receipt_sealed IS NULL) OR leaf IS NOT NULL",
+            name="sealed_with_leaf",
         ),
         Index("ix_forget_jobs_status_created_at", "status", "created_at"),
         Index(
@@ -349,6 +350,8 @@ class ForgetJob(Base):
     # row from before), which joins `shred_leaves` when the job ends; the ciphertexts are dropped then too.
     target_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     reason_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The receipt's content while the job waits on its client (the tool results given, the call waited on).
+    receipt_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -186,9 +186,9 @@ class ForgetExecutor:
                         ],
                         "erasure_horizon_s": _promise(receipt, retired, self.horizon_s),
                     })
-                    if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                    if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                         raise LeaseLost(job.id)
-                    await jobs_repo.save_receipt(tx, job.id, updated.stored())
+                    await jobs_repo.save_receipt(tx, owned, updated.stored())
                     # With the swap: a copy of the session taken after this commit holds only ciphertext under them.
                     await jobs_repo.add_shred_leaves(tx, job.id, retired.leaves)
         except SessionBusy:
@@ -240,11 +240,12 @@ class ForgetExecutor:
         started: float, *, error: str | None,
     ) -> JobView:
         status = "failed" if error is not None else "succeeded"
-        if job.leaf is not None:  # its target and reason end with it: their leaf is shredded with the job's others
-            async with self.db.transaction() as tx:
-                if await jobs_repo.lock_owned(tx, job.id, owner) is None:
-                    raise LeaseLost(job.id)
-                await jobs_repo.add_shred_leaves(tx, job.id, [job.leaf])
+        # Its target, reason and sealed receipt end with it: their leaf is shredded with the job's others.
+        async with self.db.transaction() as tx:
+            if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
+                raise LeaseLost(job.id)
+            if owned.leaf is not None:
+                await jobs_repo.add_shred_leaves(tx, job.id, [owned.leaf])
         await self._shred(job)
         final = receipt.model_copy(update={
             "provided": {},  # the client's answers now live in the sessions, or nowhere
@@ -292,9 +293,9 @@ class ForgetExecutor:
         client's answer to `receipt.pending`, then runs again (ForgetService.provide)."""
         parked = receipt.model_copy(update={"duration_ms": _elapsed_ms(started, receipt)})
         async with self.db.transaction() as tx:
-            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+            if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                 raise LeaseLost(job.id)
-            await jobs_repo.park(tx, job.id, parked.stored())
+            await jobs_repo.park(tx, owned, parked.stored())
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         assert row is not None
         log.info("forget job needs input", extra={"forget_id": job.id})

@@ -156,7 +156,7 @@ class ForgetService:
                 raise InvalidRequest(f"the job waits for tool call {waits_for!r}")
             provided = {**receipt.provided, tool_call_id: content}
             resumed = receipt.model_copy(update={"provided": provided, "pending": None})
-            await jobs_repo.requeue_with(tx, job_id, resumed.stored())
+            await jobs_repo.requeue_with(tx, job, resumed.stored())
             # The answer is the job as this request left it (queued), read before any worker is woken: read after,
             # it would say whatever a worker had made of it meanwhile.
             requeued = await jobs_repo.get(tx, tenant_id, job_id)

@@ -12,6 +12,10 @@ content: ids (session, artifact, memory namespace and key, the names memory_reco
 threshold and the lengths of the sealed words (which the ciphertext's length reveals anyway). So `target` keeps its
 NOT NULL: for a sealed row it is that id-only form, the placeholder every finished job already held. Rows written
 before this version keep their plaintext (`leaf` NULL) and read as before.
+
+`receipt_sealed` holds, under the same leaf, the receipt's members that are content while a job waits on its client
+(`inputs`: the client's tool results; `pending`: the call the counterfactual makes, with its arguments); the clear
+`receipt` keeps everything else (ids, counts, digests). Both members are gone once the job ends.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_SEALED = ("target_sealed", "reason_sealed")
+_SEALED = ("target_sealed", "reason_sealed", "receipt_sealed")
 _CHECKS = {
     "one_reason": "reason IS NULL OR reason_sealed IS NULL",
-    "sealed_with_leaf": "(target_sealed IS NULL AND reason_sealed IS NULL) OR leaf IS NOT NULL",
+    "sealed_with_leaf":
+        "(target_sealed IS NULL AND reason_sealed IS NULL AND receipt_sealed IS NULL) OR leaf IS NOT NULL",
 }
 
 
@@ -48,7 +53,10 @@ def downgrade() -> None:
         op.drop_constraint(op.f(f"ck_forget_jobs_{name}"), "forget_jobs", type_="check")
     # A sealed target cannot go back to plaintext without its key: a downgrade drops the jobs still needing one (the
     # ended ones keep their id-only target and lose nothing readable).
-    op.execute("DELETE FROM forget_jobs WHERE target_sealed IS NOT NULL OR reason_sealed IS NOT NULL")
+    op.execute(
+        "DELETE FROM forget_jobs WHERE target_sealed IS NOT NULL OR reason_sealed IS NOT NULL"
+        " OR receipt_sealed IS NOT NULL"
+    )
     op.drop_column("forget_jobs", "leaf")
     for column in _SEALED:
         op.drop_column("forget_jobs", column)

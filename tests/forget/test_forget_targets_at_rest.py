@@ -29,6 +29,8 @@ from app.keys.factory import build_keyring, build_provider
 from app.keys.keyring import Keyring
 from app.keys.verify import verify
 from tests.forget.forget_helpers import run_script, user, wait_job
+from tests.forget.test_forget_tools import copy
+from tests.forget.test_forget_tools import session as tool_session
 from tests.forget.test_webhook import headers
 from tests.support import BOOTSTRAP_KEY, files_holding, held_session, problem, sql
 
@@ -173,6 +175,37 @@ def test_a_detector_webhook_forget_is_sealed_too(
     sql(database_url, "CHECKPOINT")
     found = files_holding(data_dir / "pg", [span.encode(), detector.encode()])
     assert found == {span.encode(): [], detector.encode(): []}
+
+
+def test_a_job_waiting_on_its_client_keeps_the_call_and_the_answer_sealed(
+    told: dict[str, Any], database_url: str, data_dir: Path, live_server: Any
+) -> None:
+    """A replay that makes a client call anew waits for the client (needs_input): the call (its arguments) and the
+    client's answer are content, held only in `receipt_sealed` under the job's leaf (test_forget_tools runs the
+    flow itself)."""
+    client, answer = told["client"], _unique("Bob-is-at-")
+    session_id, _ = tool_session(client, [[copy("lookup_contact", {"name": "Bob"})]])
+    call = client.get(f"/v1/sessions/{session_id}").json()["pending_tool_calls"][0]
+    r = client.post(f"/v1/sessions/{session_id}/turns", json={
+        "inputs": [{"type": "tool_result", "tool_call_id": call["id"], "content": "Bob: DE11 2222"}]})
+    assert r.status_code == 200, r.text
+    job = wait_job(client, _submit(client, {"target": {"session_id": session_id, "text": "Bob"}})["id"])
+    assert job["status"] == "needs_input", job
+    waiting = _row(database_url, job["id"])
+    receipt = json.loads(waiting["receipt"])
+    assert "pending" not in receipt and "inputs" not in receipt and waiting["receipt_sealed"] is not None
+    pending = job["pending"]["tool_call"]  # opened for its client
+    given = client.post(f"/v1/forget/{job['id']}/tool_results", json={"tool_call_id": pending["id"], "content": answer})
+    assert given.status_code == 200 and given.json()["status"] == "queued", given.text
+    assert answer not in _row(database_url, job["id"])["receipt"]
+    done = wait_job(client, job["id"])
+    assert done["status"] == "succeeded" and done["target_erased"] is True and done["pending"] is None, done
+    ended = _row(database_url, job["id"])
+    assert ended["receipt_sealed"] is None and waiting["leaf"] in ended["shred_leaves"]
+    with pytest.raises(Erased):
+        _unseal(_keyring(live_server), waiting["tenant_id"], job["id"], "receipt", waiting["receipt_sealed"])
+    sql(database_url, "CHECKPOINT")
+    assert files_holding(data_dir / "pg", [answer.encode()]) == {answer.encode(): []}
 
 
 def test_bad_input_is_422_and_stores_nothing(

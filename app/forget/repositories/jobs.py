@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ForgetJob, WebhookDelivery
 from app.db.statements import Sql, Statement
-from app.forget.repositories.sealing import STREAM, holds_content, open_jobs, opened_as, seal_job
+from app.forget.repositories.sealing import STREAM, holds_content, open_jobs, opened_as, seal_job, seal_receipt
 from app.keys.content import Sealer
 from app.pagination import Position
 from app.sessions.repositories.sealing import sealer_of
@@ -248,17 +248,18 @@ async def finish(
         .where(ForgetJob.id == job_id)
         .values(
             status=status, target=target, receipt=receipt, error=error, finished_at=finished_at,
-            lease_owner=None, lease_expires_at=None, target_sealed=None, reason_sealed=None,
+            lease_owner=None, lease_expires_at=None, target_sealed=None, reason_sealed=None, receipt_sealed=None,
         )
     )
 
 
-async def park(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
-    """needs_input: released from its worker, waiting for the client."""
+async def park(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+    """needs_input: released from its worker, waiting for the client (the call it waits on sealed: sealing.py)."""
+    columns = await seal_receipt(db, job, receipt)
     await db.execute(
         update(ForgetJob)
-        .where(ForgetJob.id == job_id)
-        .values(status="needs_input", receipt=receipt, lease_owner=None, lease_expires_at=None)
+        .where(ForgetJob.id == job.id)
+        .values(status="needs_input", lease_owner=None, lease_expires_at=None, **columns)
     )
 
 
@@ -276,12 +277,15 @@ async def confirm_plan(db: AsyncSession, job: ForgetJob, strategy: str, reason: 
     return (await db.execute(stmt)).first() is not None
 
 
-async def requeue_with(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
-    await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(status="queued", receipt=receipt))
+async def requeue_with(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+    """Queued again with the client's tool result in its receipt (sealed: sealing.py)."""
+    columns = await seal_receipt(db, job, receipt)
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(status="queued", **columns))
 
 
-async def save_receipt(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
-    await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(receipt=receipt))
+async def save_receipt(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+    """`job`: the row as stored (`lock_owned`'s), whose leaf seals what of the receipt is content."""
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(**await seal_receipt(db, job, receipt)))
 
 
 async def add_shred_leaves(db: AsyncSession, job_id: str, leaves: Sequence[int]) -> None:

@@ -8,6 +8,10 @@ target (`target_sealed`, JSON) and the reason (`reason_sealed`, UTF-8) under it,
 ids (session, artifact, memory namespace and key: the names memory_records keeps in the clear, so listings can still
 filter on them), a query's threshold, and the sealed words' lengths (which the ciphertext's length gives away).
 
+While a job waits on its client (`needs_input`), its receipt holds content too: the call the counterfactual makes
+(its arguments) and the client's tool results. Those members are sealed under the same leaf (`receipt_sealed`,
+`seal_receipt`), the rest of the receipt (ids, counts, digests) stays in the clear.
+
 The leaf lives as long as the job does: when it ends (succeeded or failed) the leaf joins the job's shred set and the
 ciphertexts are dropped, and the job's views show `target_erased` with the id-only target. A job whose target is ids
 only and has no reason has nothing to seal and no leaf (a memory DELETE's cascade job). Rows written before
@@ -32,6 +36,7 @@ from app.sessions.repositories.sealing import sealer_of
 TABLE = "forget_jobs"
 STREAM = "forget_jobs"  # the Leaves stream: a tenant's jobs get neighbouring leaves
 CONTENT: Final = ("text", "keyword", "query")  # the target members holding words to forget
+RECEIPT_CONTENT: Final = ("pending", "inputs")  # the receipt's (JobReceipt.stored) call waited on, tool results given
 ENDED: Final = ("succeeded", "failed")  # a job's target is no longer needed (needs_input runs again)
 
 
@@ -41,7 +46,7 @@ def binding(tenant_id: str, job_id: str, column: str) -> Binding:
 
 # What `lethe keys verify` checks of forget jobs (app/keys/sealed.py): every live job holding a ciphertext.
 SEALED_COLUMNS = (
-    SealedColumn(TABLE, ("id",), ("target_sealed", "reason_sealed"),
+    SealedColumn(TABLE, ("id",), ("target_sealed", "reason_sealed", "receipt_sealed"),
                  lambda row, column: binding(row["tenant_id"], row["id"], column.removesuffix("_sealed"))),
 )
 
@@ -87,6 +92,19 @@ async def seal_job(
     }
 
 
+async def seal_receipt(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> dict[str, Any]:
+    """The receipt's columns for `job` (a row as stored): its content members sealed under the job's leaf (drawn
+    when the job has none yet: its target was ids only), the rest in the clear."""
+    content = {name: receipt[name] for name in RECEIPT_CONTENT if receipt.get(name)}
+    clear = {name: value for name, value in receipt.items() if name not in RECEIPT_CONTENT}
+    if not content:
+        return {"receipt": clear, "receipt_sealed": None}
+    sealer = sealer_of(db)
+    leaf = job.leaf if job.leaf is not None else await sealer.leaf(job.tenant_id, STREAM)
+    sealed = await sealer.seal_json(leaf, binding(job.tenant_id, job.id, "receipt"), content)
+    return {"receipt": clear, "receipt_sealed": sealed, "leaf": leaf}
+
+
 def opened_as(job: ForgetJob, target: dict[str, Any], reason: str | None) -> None:
     """Give the row its plaintext target and reason as committed values: a flush never writes them back."""
     set_committed_value(job, "target", target)
@@ -100,7 +118,8 @@ async def open_jobs(db: AsyncSession, rows: Sequence[ForgetJob]) -> list[ForgetJ
     sealer: Sealer | None = None
     for row in rows:
         row.target_erased = row.leaf is not None and row.status in ENDED
-        if row.target_erased or (row.target_sealed is None and row.reason_sealed is None):
+        if row.target_erased or (row.target_sealed is None and row.reason_sealed is None
+                                 and row.receipt_sealed is None):
             continue  # a row from before 0019, an ended job, or nothing sealed
         sealer = sealer or sealer_of(db)
         try:
@@ -110,8 +129,13 @@ async def open_jobs(db: AsyncSession, rows: Sequence[ForgetJob]) -> list[ForgetJ
             reason = None
             if row.reason_sealed is not None:
                 reason = (await sealer.open_bytes(binding(row.tenant_id, row.id, "reason"), row.reason_sealed)).decode()
+            receipt = row.receipt
+            if row.receipt_sealed is not None:
+                content = await sealer.open_json(binding(row.tenant_id, row.id, "receipt"), row.receipt_sealed)
+                receipt = {**row.receipt, **content}
         except Erased:
             row.target_erased = True
             continue
         opened_as(row, target, reason)
+        set_committed_value(row, "receipt", receipt)
     return list(rows)
