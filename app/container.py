@@ -114,7 +114,7 @@ class Container:
         memory = MemoryService(self.db, sealer, cascade=JobCascade(
             "selective_replay", "memory record forgotten",
             on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
-            shredder=self.shredder, horizon_s=horizon_s,
+            sealer=sealer, shredder=self.shredder, horizon_s=horizon_s,
         ))
         self.services = Services(
             sessions=sessions,

@@ -312,6 +312,12 @@ class ForgetJob(Base):
             "status IN ('planned', 'queued', 'running', 'succeeded', 'failed', 'needs_input')", name="status"
         ),
         CheckConstraint("priority IN (1, 2)", name="priority"),
+        # Migration 0019: the reason in at most one form, a sealed row names its leaf.
+        CheckConstraint("reason IS NULL OR reason_sealed IS NULL", name="one_reason"),
+        CheckConstraint(
+            "(target_sealed IS NULL AND reason_sealed IS NULL AND receipt_sealed IS NULL) OR leaf IS NOT NULL",
+            name="sealed_with_leaf",
+        ),
         Index("ix_forget_jobs_status_created_at", "status", "created_at"),
         Index(
             "ix_forget_jobs_pending_shred", "created_at",
@@ -324,9 +330,10 @@ class ForgetJob(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=False, index=True)
     status: Mapped[str] = mapped_column(String(20), nullable=False, default="queued")
     strategy: Mapped[str] = mapped_column(String(40), nullable=False)
-    # The target as submitted; scrubbed of the forgotten text once the job succeeds.
+    # The target as submitted, scrubbed of the forgotten words once the job ends (rows before migration 0019); since
+    # 0019 only its id-only form (app/forget/repositories/sealing.py), the whole target sealed in `target_sealed`.
     target: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    reason: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)  # rows before 0019; then `reason_sealed`
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     receipt: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     error: Mapped[str | None] = mapped_column(Text)
@@ -342,9 +349,19 @@ class ForgetJob(Base):
     # when they were punctured in the key provider (None: pending, the forget worker retries).
     shred_leaves: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))
     shredded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Migration 0019: the target and reason sealed under the job's own leaf (None: nothing of them is content, or a
+    # row from before), which joins `shred_leaves` when the job ends; the ciphertexts are dropped then too.
+    target_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    reason_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The receipt's content while the job waits on its client (the tool results given, the call waited on).
+    receipt_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Not a column: set by the repository that opened the row when its sealed target and reason are gone (the job
+    # ended, or its leaf was shredded): `target` then holds the id-only form and `reason` None.
+    target_erased = False
 
 
 class WebhookDelivery(Base):

@@ -11,6 +11,7 @@ from app.forget.receipts import JobReceipt, MemoryEntry
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.memory.repositories.records import ErasedHistory
 from app.sessions.repositories import artifacts as artifacts_repo
 
@@ -28,15 +29,17 @@ class JobCascade:
     later reads the tombstone and injects nothing.
 
     The job records the leaves the forget erased; `shred` punctures them once the tombstone committed. Without a
-    `shredder` (a record tombstoned inside a forget job's own transaction) the forget worker's sweep does it."""
+    `shredder` (a record tombstoned inside a forget job's own transaction) the forget worker's sweep does it. Its
+    reason is sealed with `sealer` (app/forget/repositories/sealing.py)."""
 
     def __init__(
-        self, strategy: str = "selective_replay", reason: str | None = None, *,
+        self, strategy: str = "selective_replay", reason: str | None = None, *, sealer: Sealer,
         on_finished: Callable[[str], None] = lambda strategy: None, shredder: Shredder | None = None,
         horizon_s: int = DEFAULT_HORIZON_S,
     ) -> None:
         self.strategy = strategy
         self.reason = reason
+        self.sealer = sealer
         self.on_finished = on_finished  # counts a job finished here (Metrics.job_finished)
         self.shredder = shredder
         self.horizon_s = horizon_s
@@ -56,7 +59,7 @@ class JobCascade:
         promised = self.horizon_s if erased.leaves and not erased.plaintext else None
         receipt = JobReceipt(memory=memory, duration_ms=None if reached else 0, erasure_horizon_s=promised)
         await jobs_repo.queue(
-            sql, id=job_id, tenant_id=tenant_id, strategy=self.strategy,
+            sql, self.sealer, id=job_id, tenant_id=tenant_id, strategy=self.strategy,
             target={"memory": {"namespace": namespace, "key": key}}, reason=self.reason,
             receipt=receipt.stored(), finished=not reached, shred_leaves=erased.leaves or None,
         )

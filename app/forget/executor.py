@@ -10,8 +10,10 @@ receipt entry. A crash before the commit leaves the session as it was and the jo
 expires; a crash after it leaves a receipt entry that the retry skips. So a forget is atomic per session, durable,
 and idempotent.
 
-The target's text is needed while the job runs (and must survive a crash), so it is stored with the job; when the
-job ends it is replaced by its length. Receipts hold artifact ids, counts and digests, never a copy of the text.
+The target's text is needed while the job runs (and must survive a crash), so it is stored with the job, sealed under
+the job's own leaf (app/forget/repositories/sealing.py); when the job ends that leaf joins the job's shred set, the
+ciphertexts are dropped and the clear target keeps only ids and lengths. Receipts hold artifact ids, counts and
+digests, never a copy of the text.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
 from app.forget.replay import NeedsInput, Rebuilt
 from app.forget.repositories import jobs as jobs_repo
+from app.forget.repositories.sealing import clear_target
 from app.forget.session_work import SessionWork
 from app.forget.shredding import Shredder
 from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
+from app.keys.errors import Tampered, Unavailable
 from app.memory.repositories import records as memory_repo
 from app.memory.service import forget_in
 from app.observability.metrics import Metrics
@@ -52,6 +56,7 @@ from app.runtime.routing import session_route
 from app.runtime.transition import Machinery
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories.artifacts import Retired
+from app.sessions.repositories.sealing import sealer_of
 from app.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,16 @@ class ForgetExecutor:
 
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
         started = time.monotonic()
+        try:
+            async with self.db.transaction() as tx:
+                await jobs_repo.opened(tx, job)
+        except Unavailable:
+            raise Retry("the key provider is unavailable") from None
+        except Tampered:  # a ciphertext moved from another row, or a damaged cover: loud, and the queue goes on
+            log.error("forget job target does not open: tampered", extra={"forget_id": job.id})
+            return await self.give_up(job, owner, "its target does not open (Tampered): it was not sealed for this job")
+        if job.target_erased:  # its leaf was shredded before it ended (a backup restored from after its end)
+            return await self.give_up(job, owner, "its target was erased at rest before the job ended; submit again")
         target = Target.from_dict(job.target)
         strategy = STRATEGIES.named(job.strategy)
         receipt = JobReceipt.load(job.receipt)
@@ -171,9 +186,9 @@ class ForgetExecutor:
                         ],
                         "erasure_horizon_s": _promise(receipt, retired, self.horizon_s),
                     })
-                    if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                    if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                         raise LeaseLost(job.id)
-                    await jobs_repo.save_receipt(tx, job.id, updated.stored())
+                    await jobs_repo.save_receipt(tx, owned, updated.stored())
                     # With the swap: a copy of the session taken after this commit holds only ciphertext under them.
                     await jobs_repo.add_shred_leaves(tx, job.id, retired.leaves)
         except SessionBusy:
@@ -208,8 +223,8 @@ class ForgetExecutor:
         for namespace, key in records:
             # No shredder: this transaction commits later, with the session; the forget worker's sweep shreds then.
             cascade = JobCascade(
-                "selective_replay", f"derived from what {job.id} forgot", on_finished=self._finished_at_once,
-                horizon_s=self.horizon_s,
+                "selective_replay", f"derived from what {job.id} forgot", sealer=sealer_of(tx),
+                on_finished=self._finished_at_once, horizon_s=self.horizon_s,
             )
             outcome, _ = await forget_in(InSession(tx), cascade, job.tenant_id, namespace, key, source="cascade")
             out.append(DerivedMemory(
@@ -225,6 +240,12 @@ class ForgetExecutor:
         started: float, *, error: str | None,
     ) -> JobView:
         status = "failed" if error is not None else "succeeded"
+        # Its target, reason and sealed receipt end with it: their leaf is shredded with the job's others.
+        async with self.db.transaction() as tx:
+            if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
+                raise LeaseLost(job.id)
+            if owned.leaf is not None:
+                await jobs_repo.add_shred_leaves(tx, job.id, [owned.leaf])
         await self._shred(job)
         final = receipt.model_copy(update={
             "provided": {},  # the client's answers now live in the sessions, or nowhere
@@ -237,7 +258,7 @@ class ForgetExecutor:
             if await jobs_repo.lock_owned(tx, job.id, owner) is None:
                 raise LeaseLost(job.id)
             await jobs_repo.finish(
-                tx, job.id, status=status, target=target.scrubbed(), receipt=final.stored(), error=error,
+                tx, job.id, status=status, target=clear_target(job.target), receipt=final.stored(), error=error,
                 finished_at=datetime.now(UTC),
             )
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
@@ -263,7 +284,7 @@ class ForgetExecutor:
 
     async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
         """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""
-        target, strategy = Target.from_dict(job.target), STRATEGIES.named(job.strategy)
+        target, strategy = Target.from_dict(job.target), STRATEGIES.named(job.strategy)  # as opened, or as stored
         receipt = JobReceipt.load(job.receipt)
         return await self._finish(job, owner, target, strategy, receipt, time.monotonic(), error=why)
 
@@ -272,9 +293,9 @@ class ForgetExecutor:
         client's answer to `receipt.pending`, then runs again (ForgetService.provide)."""
         parked = receipt.model_copy(update={"duration_ms": _elapsed_ms(started, receipt)})
         async with self.db.transaction() as tx:
-            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+            if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                 raise LeaseLost(job.id)
-            await jobs_repo.park(tx, job.id, parked.stored())
+            await jobs_repo.park(tx, owned, parked.stored())
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         assert row is not None
         log.info("forget job needs input", extra={"forget_id": job.id})

@@ -88,6 +88,7 @@ class JobView:
     erasure: Erasure | None = None
     error: str | None = None
     reason: str | None = None
+    target_erased: bool = False  # its sealed target and reason ended with it: `target` holds ids and lengths only
     dry_run: bool = False
     created_at: datetime | None = None
     finished_at: datetime | None = None
@@ -114,6 +115,7 @@ def view_of(job: ForgetJob) -> JobView:
         erasure=erasure_of(job, receipt),
         error=job.error,
         reason=job.reason,
+        target_erased=job.target_erased,
         created_at=job.created_at,
         finished_at=job.finished_at,
     )

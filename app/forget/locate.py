@@ -27,6 +27,7 @@ from app.db.database import Database
 from app.db.models import AgentSession, Artifact
 from app.embeddings import Embedder
 from app.forget.closure import ClosureEntry, closure_of
+from app.forget.repositories.sealing import clear_target
 from app.runtime.blocks import MODEL_KINDS, ROLE_OF
 from app.sessions.repositories import artifact_search as search_repo
 from app.sessions.repositories import artifacts as artifacts_repo
@@ -101,15 +102,9 @@ class Target:
         return out
 
     def scrubbed(self) -> dict[str, Any]:
-        """The target as a finished job keeps it: the forgotten text replaced by its length. (No hash either: a
-        short secret such as an account number falls to a dictionary attack on its hash.)"""
-        out = self.to_dict()
-        for name in ("text", "keyword", "query"):  # each names what was forgotten
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = None
-                out[f"{name}_length"] = len(value)
-        return out
+        """The target as a finished job keeps it (and a sealed job's clear column holds): the forgotten words replaced
+        by their length (app/forget/repositories/sealing.py)."""
+        return clear_target(self.to_dict())
 
 
 @dataclass(frozen=True)

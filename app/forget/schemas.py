@@ -218,7 +218,12 @@ class ForgetJobOut(BaseModel):
         "job ends"
     )
     dry_run: bool = False
-    reason: str | None = None
+    reason: str | None = Field(default=None, description="null once `target_erased`")
+    target_erased: bool = Field(
+        default=False,
+        description="The job's target words and reason were stored sealed and ended with it (their key is shredded "
+        "with the job's others): `target` holds only ids and the words' lengths, `reason` is null",
+    )
     sessions: list[SessionReceipt] = Field(default_factory=list)
     memory: MemoryReceipt | None = None
     suppressed_side_effects: list[dict[str, Any]] = Field(default_factory=list)

@@ -114,9 +114,7 @@ class ForgetService:
         if job.status == "planned":
             await self.validate(tenant_id, target, strategy)
             async with self.db.transaction() as tx:
-                confirmed = await jobs_repo.confirm_plan(
-                    tx, tenant_id, job.id, strategy.name, request.reason or job.reason
-                )
+                confirmed = await jobs_repo.confirm_plan(tx, job, strategy.name, request.reason or job.reason)
             if confirmed:
                 self.notify()
         if request.wait:
@@ -158,7 +156,7 @@ class ForgetService:
                 raise InvalidRequest(f"the job waits for tool call {waits_for!r}")
             provided = {**receipt.provided, tool_call_id: content}
             resumed = receipt.model_copy(update={"provided": provided, "pending": None})
-            await jobs_repo.requeue_with(tx, job_id, resumed.stored())
+            await jobs_repo.requeue_with(tx, job, resumed.stored())
             # The answer is the job as this request left it (queued), read before any worker is woken: read after,
             # it would say whatever a worker had made of it meanwhile.
             requeued = await jobs_repo.get(tx, tenant_id, job_id)
@@ -204,7 +202,9 @@ class ForgetService:
         receipt = JobReceipt()
         if target.namespace is not None and strategy.forgets_memory:
             assert target.key is not None
-            cascade = JobCascade(strategy.name, reason, shredder=self.shredder, horizon_s=self.horizon_s)
+            cascade = JobCascade(
+                strategy.name, reason, sealer=self.shredder.sealer, shredder=self.shredder, horizon_s=self.horizon_s
+            )
             memory = MemoryService(self.db, self.shredder.sealer, cascade=cascade)
             outcome = await memory.forget(tenant_id, target.namespace, target.key)
             if outcome.forget_id is not None:

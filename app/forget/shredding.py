@@ -50,7 +50,7 @@ class Shredder:
             return False
         if forget_id is not None:
             async with self.db.pg() as sql:
-                await jobs_repo.mark_shredded(sql, forget_id)
+                await jobs_repo.mark_shredded(sql, forget_id, leaves)
         return True
 
     async def sweep(self, *, limit: int = SWEEP_BATCH) -> int:

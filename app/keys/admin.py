@@ -19,6 +19,7 @@ from typing import Any, Literal
 from app.db import maintenance
 from app.db.database import Database
 from app.db.statements import Sql
+from app.forget.repositories.sealing import SEALED_COLUMNS as FORGET_JOBS
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
 from app.keys.content import Sealer
@@ -35,7 +36,7 @@ from app.tenants import repository as tenants_repo
 from app.threads.repositories import legacy as threads_legacy
 from app.threads.repositories.sealing import SEALED_COLUMNS as THREADS
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS)
+SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS, *FORGET_JOBS)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,19 @@ class Sealer:
         self.announce = announce
 
     async def leaf(self, tenant: str, stream: Hashable) -> int:
-        """A fresh leaf for a new erasure unit; units of one stream (a memory namespace, a session) get neighbours."""
-        return await self.leaves.next(tenant, stream)
+        """A fresh leaf for a new erasure unit; units of one stream (a memory namespace, a session) get neighbours.
+
+        A database restored from a backup hands out again the leaves given out after the backup was taken (its
+        counter went back with it). One that a forget punctured since is skipped: sealing under it would fail as
+        erased. A live one is taken: no row of this database uses it any more (docs/erasure-at-rest.md)."""
+        while True:
+            leaf = await self.leaves.next(tenant, stream)
+            try:
+                await self.keyring.cipher(tenant, leaf)  # derived and cached: the seal that follows needs it anyway
+            except Erased:
+                log.info("leaf skipped: punctured (a database restored from a backup)", extra={"leaf": leaf})
+                continue
+            return leaf
 
     async def seal_json(self, leaf: int, binding: Binding, value: Any) -> bytes:
         """`value` as JSON, sealed under `leaf` for the place `binding` names; `Unavailable` when the leaf's cover is

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, literal_column, select, text
+from sqlalchemy import Boolean, func, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -33,7 +33,7 @@ async def put_namespaces(db: AsyncSession, tenant_id: str, subject_id: str, name
             index_elements=[Subject.tenant_id, Subject.id],
             set_={"memory_namespaces": namespaces, "updated_at": func.now()},
         )
-        .returning(literal_column("xmax = 0"))  # PostgreSQL: true on the row's insert, false on the update
+        .returning(literal_column("xmax = 0", Boolean))  # PostgreSQL: true on the row's insert, false on update
     )
     return bool((await db.execute(stmt)).scalar_one())
 

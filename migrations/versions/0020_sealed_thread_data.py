@@ -1,7 +1,7 @@
 """LangGraph thread data sealed at rest
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 Create Date: 2026-12-07
 
 Erasure at rest, the threads slice (docs/erasure-at-rest.md, issue 42; issue 44's "thread data encrypted"). A
@@ -42,7 +42,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0020"
-down_revision: str | None = "0018"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

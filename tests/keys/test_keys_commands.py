@@ -202,7 +202,8 @@ def _queue_pending(database_url: str, tenant_id: str, leaves: list[int]) -> None
         db = Database(database_url, pool_size=1)
         try:
             async with db.pg() as conn:
-                await jobs_repo.queue(conn, id=new_id("fgt"), tenant_id=tenant_id, strategy="selective_replay",
+                # Nothing of this job is content (a memory target, no reason): nothing to seal, no Sealer needed.
+                await jobs_repo.queue(conn, None, id=new_id("fgt"), tenant_id=tenant_id, strategy="selective_replay",
                                       target={"memory": "city"}, reason=None, receipt={}, finished=True,
                                       shred_leaves=leaves)
         finally:

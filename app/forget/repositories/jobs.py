@@ -18,7 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ForgetJob, WebhookDelivery
 from app.db.statements import Sql, Statement
+from app.forget.repositories.sealing import STREAM, holds_content, open_jobs, opened_as, seal_job, seal_receipt
+from app.keys.content import Sealer
 from app.pagination import Position
+from app.sessions.repositories.sealing import sealer_of
 
 ACTIVE = ("queued", "running")
 
@@ -27,34 +30,50 @@ ACTIVE = ("queued", "running")
 # queued for a worker, or already finished when it has nothing to replay.
 _QUEUE = Statement(
     """
-    INSERT INTO forget_jobs (id, tenant_id, status, strategy, target, reason, receipt, attempts, shred_leaves)
-    VALUES (:id, :tenant_id, 'queued', :strategy, :target, :reason, :receipt, 0, :shred_leaves)
+    INSERT INTO forget_jobs (id, tenant_id, status, strategy, target, reason, receipt, attempts, shred_leaves,
+                             target_sealed, reason_sealed, leaf)
+    VALUES (:id, :tenant_id, 'queued', :strategy, :target, :reason, :receipt, 0, :shred_leaves,
+            :target_sealed, :reason_sealed, :leaf)
     """,
     json=["target", "receipt"],
 )
 _FINISHED = Statement(
     """
     INSERT INTO forget_jobs
-           (id, tenant_id, status, strategy, target, reason, receipt, attempts, started_at, finished_at, shred_leaves)
+           (id, tenant_id, status, strategy, target, reason, receipt, attempts, started_at, finished_at, shred_leaves,
+            target_sealed, reason_sealed, leaf)
     VALUES (:id, :tenant_id, 'succeeded', :strategy, :target, :reason, :receipt, 1,
-            clock_timestamp(), clock_timestamp(), :shred_leaves)
+            clock_timestamp(), clock_timestamp(), :shred_leaves, :target_sealed, :reason_sealed, :leaf)
     """,
     json=["target", "receipt"],
 )
 
 
 async def queue(
-    sql: Sql, *, id: str, tenant_id: str, strategy: str, target: dict[str, Any], reason: str | None,
-    receipt: dict[str, Any], finished: bool = False, shred_leaves: list[int] | None = None,
+    sql: Sql, sealer: Sealer | None, *, id: str, tenant_id: str, strategy: str, target: dict[str, Any],
+    reason: str | None, receipt: dict[str, Any], finished: bool = False, shred_leaves: list[int] | None = None,
 ) -> None:
-    """`shred_leaves`: the leaves the forget erased, to shred once it committed (None: it erased nothing sealed)."""
-    params = {"id": id, "tenant_id": tenant_id, "strategy": strategy, "target": target, "reason": reason,
-              "receipt": receipt, "shred_leaves": shred_leaves}
+    """`shred_leaves`: the leaves the forget erased, to shred once it committed (None: it erased nothing sealed). A
+    job written finished never needs its reason again: it is not stored at all, and its leaf (drawn, never used)
+    only says so (its views show the target erased, as every ended job's)."""
+    if finished:
+        columns = await seal_job(sealer, tenant_id, id, target, None)
+        if reason is not None and sealer is not None:
+            columns["leaf"] = await sealer.leaf(tenant_id, STREAM)
+    else:
+        columns = await seal_job(sealer, tenant_id, id, target, reason)
+    params = {"id": id, "tenant_id": tenant_id, "strategy": strategy, "receipt": receipt,
+              "shred_leaves": shred_leaves, **columns}
     await sql.rowcount(_FINISHED if finished else _QUEUE, params)
 
 
+# Only when every leaf the job records was among those punctured: a job written finished with its own leaf, or one a
+# swap added leaves to meanwhile, stays pending for the worker's sweep (which passes the whole recorded set).
 _MARK_SHREDDED = Statement(
-    "UPDATE forget_jobs SET shredded_at = clock_timestamp() WHERE id = :id AND shredded_at IS NULL"
+    """
+    UPDATE forget_jobs SET shredded_at = clock_timestamp()
+     WHERE id = :id AND shredded_at IS NULL AND shred_leaves <@ CAST(:leaves AS bigint[])
+    """
 )
 _PENDING_SHREDS = Statement(
     """
@@ -73,9 +92,10 @@ class PendingShred:
     leaves: list[int]
 
 
-async def mark_shredded(sql: Sql, job_id: str) -> None:
-    """The job's leaves are punctured in the key provider: its erasure at rest is complete (the first time counts)."""
-    await sql.rowcount(_MARK_SHREDDED, {"id": job_id})
+async def mark_shredded(sql: Sql, job_id: str, leaves: list[int]) -> None:
+    """`leaves` are punctured in the key provider: the job's erasure at rest is complete if they are all it recorded
+    (the first time counts)."""
+    await sql.rowcount(_MARK_SHREDDED, {"id": job_id, "leaves": leaves})
 
 
 async def pending_shreds(sql: Sql, *, limit: int) -> list[PendingShred]:
@@ -106,18 +126,30 @@ async def pending_shreds_by_tenant(sql: Sql) -> dict[str, PendingSummary]:
     return {r["tenant_id"]: PendingSummary(int(r["jobs"]), float(r["oldest_s"])) for r in rows}
 
 
-async def create(db: AsyncSession, **values: Any) -> ForgetJob:
-    row = ForgetJob(**values)
+async def create(
+    db: AsyncSession, *, id: str, tenant_id: str, target: dict[str, Any], reason: str | None, **values: Any
+) -> ForgetJob:
+    """A new job, its target and reason sealed (sealing.py); the row returned holds them opened."""
+    sealer = sealer_of(db) if holds_content(target, reason) else None
+    row = ForgetJob(id=id, tenant_id=tenant_id, **await seal_job(sealer, tenant_id, id, target, reason), **values)
     db.add(row)
     await db.flush()
+    opened_as(row, target, reason)
     return row
 
 
 async def get(db: AsyncSession, tenant_id: str, job_id: str, *, for_update: bool = False) -> ForgetJob | None:
+    """The job with its target and reason opened (sealing.open_jobs)."""
     stmt = select(ForgetJob).where(ForgetJob.id == job_id, ForgetJob.tenant_id == tenant_id)
     if for_update:
         stmt = stmt.with_for_update()
-    return (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
+    row = (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
+    return None if row is None else (await open_jobs(db, [row]))[0]
+
+
+async def opened(db: AsyncSession, job: ForgetJob) -> ForgetJob:
+    """A claimed job (`claim` returns it as stored) with its target and reason opened, for its worker."""
+    return (await open_jobs(db, [job]))[0]
 
 
 async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: str) -> ForgetJob | None:
@@ -132,7 +164,8 @@ async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: 
         .order_by(ForgetJob.created_at.desc())
         .limit(1)
     )
-    return (await db.execute(stmt)).scalar_one_or_none()
+    row = (await db.execute(stmt)).scalar_one_or_none()
+    return None if row is None else (await open_jobs(db, [row]))[0]
 
 
 async def claim(db: AsyncSession, owner: str, lease_s: float) -> ForgetJob | None:
@@ -208,43 +241,51 @@ async def finish(
     error: str | None,
     finished_at: datetime | None,
 ) -> None:
+    """`target`: the id-only form a finished job keeps (sealing.clear_target). Its ciphertexts go with its end (their
+    leaf joined the shred set before: `add_shred_leaves`)."""
     await db.execute(
         update(ForgetJob)
         .where(ForgetJob.id == job_id)
         .values(
             status=status, target=target, receipt=receipt, error=error, finished_at=finished_at,
-            lease_owner=None, lease_expires_at=None,
+            lease_owner=None, lease_expires_at=None, target_sealed=None, reason_sealed=None, receipt_sealed=None,
         )
     )
 
 
-async def park(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
-    """needs_input: released from its worker, waiting for the client."""
+async def park(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+    """needs_input: released from its worker, waiting for the client (the call it waits on sealed: sealing.py)."""
+    columns = await seal_receipt(db, job, receipt)
     await db.execute(
         update(ForgetJob)
-        .where(ForgetJob.id == job_id)
-        .values(status="needs_input", receipt=receipt, lease_owner=None, lease_expires_at=None)
+        .where(ForgetJob.id == job.id)
+        .values(status="needs_input", lease_owner=None, lease_expires_at=None, **columns)
     )
 
 
-async def confirm_plan(db: AsyncSession, tenant_id: str, job_id: str, strategy: str, reason: str | None) -> bool:
-    """A planned job becomes queued (its plan, kept in the receipt, gives way to the receipt to come); False when it
-    was confirmed already."""
+async def confirm_plan(db: AsyncSession, job: ForgetJob, strategy: str, reason: str | None) -> bool:
+    """A planned job (opened) becomes queued (its plan, kept in the receipt, gives way to the receipt to come), its
+    target and `reason` sealed again under its leaf; False when it was confirmed already."""
+    sealer = sealer_of(db) if holds_content(job.target, reason) else None
+    columns = await seal_job(sealer, job.tenant_id, job.id, job.target, reason, leaf=job.leaf)
     stmt = (
         update(ForgetJob)
-        .where(ForgetJob.tenant_id == tenant_id, ForgetJob.id == job_id, ForgetJob.status == "planned")
-        .values(status="queued", strategy=strategy, reason=reason, receipt={})
+        .where(ForgetJob.tenant_id == job.tenant_id, ForgetJob.id == job.id, ForgetJob.status == "planned")
+        .values(status="queued", strategy=strategy, receipt={}, **columns)
         .returning(ForgetJob.id)
     )
     return (await db.execute(stmt)).first() is not None
 
 
-async def requeue_with(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
-    await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(status="queued", receipt=receipt))
+async def requeue_with(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+    """Queued again with the client's tool result in its receipt (sealed: sealing.py)."""
+    columns = await seal_receipt(db, job, receipt)
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(status="queued", **columns))
 
 
-async def save_receipt(db: AsyncSession, job_id: str, receipt: dict[str, Any]) -> None:
-    await db.execute(update(ForgetJob).where(ForgetJob.id == job_id).values(receipt=receipt))
+async def save_receipt(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+    """`job`: the row as stored (`lock_owned`'s), whose leaf seals what of the receipt is content."""
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(**await seal_receipt(db, job, receipt)))
 
 
 async def add_shred_leaves(db: AsyncSession, job_id: str, leaves: Sequence[int]) -> None:
@@ -326,7 +367,7 @@ async def page(
             )
         )
     stmt = stmt.order_by(ForgetJob.created_at.desc(), ForgetJob.id.desc()).limit(limit)
-    return list((await db.execute(stmt)).scalars())
+    return await open_jobs(db, list((await db.execute(stmt)).scalars()))
 
 
 async def deliveries(
