@@ -26,6 +26,8 @@ GRAFANA_DATASOURCE = ROOT / "deploy" / "grafana" / "provisioning" / "datasources
 GRAFANA_DASHBOARD_PROVIDER = ROOT / "deploy" / "grafana" / "provisioning" / "dashboards" / "lethe.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "lethe.json"
 K8S = ROOT / "deploy" / "k8s" / "lethe.yaml"
+OPENBAO = ROOT / "deploy" / "openbao"
+ERASURE_DOC = ROOT / "docs" / "erasure-at-rest.md"
 
 def _exposed_metrics() -> set[str]:
     """Every metric the service exposes, read off its registry (histograms by base name, counters with `_total`)."""
@@ -258,6 +260,126 @@ def test_compose_vllm_serves_with_prefix_caching_and_token_details() -> None:
     assert any(":/models" in str(v) for v in vllm.get("volumes", []))
 
 
+# --- OpenBao (the key provider every Lethe process of the stack shares) ----------------------------------------
+
+POLICY_RULE_RE = re.compile(r'path\s+"([^"]+)"\s*\{\s*capabilities\s*=\s*\[([^\]]*)\]\s*\}')
+
+
+def _policy(text: str) -> dict[str, list[str]]:
+    """An OpenBao policy of `path "..." { capabilities = [...] }` rules, one per path; nothing else is allowed in it."""
+    rules: dict[str, list[str]] = {}
+    for match in POLICY_RULE_RE.finditer(text):
+        assert match.group(1) not in rules, f"{match.group(1)} twice"
+        rules[match.group(1)] = [c.strip().strip('"') for c in match.group(2).split(",") if c.strip()]
+    rest = POLICY_RULE_RE.sub("", text)
+    assert not re.sub(r"#[^\n]*", "", rest).strip(), f"unparsed policy text: {rest!r}"
+    return rules
+
+
+def _documented_policy() -> dict[str, list[str]]:
+    """The ```hcl block of docs/erasure-at-rest.md's "Providers" section."""
+    text = ERASURE_DOC.read_text(encoding="utf-8")
+    section = text.split("\n## Providers\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```hcl\n(.*?)```", section, flags=re.S)
+    return _policy(block)
+
+
+def _hcl_string(text: str, key: str) -> str:
+    (value,) = re.findall(rf'^\s*{key}\s*=\s*"([^"]*)"', text, flags=re.M)
+    return str(value)
+
+
+def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Named volumes of a service: container path -> volume name."""
+    mounts = {}
+    for entry in service.get("volumes", []):
+        source, target = str(entry).split(":")[:2]
+        if not source.startswith((".", "/", "$")):
+            mounts[target] = source
+    return mounts
+
+
+def _under(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip("/") + "/")
+
+
+def test_compose_runs_openbao_bootstrapped_on_a_named_volume() -> None:
+    compose = _compose()
+    openbao = compose["services"]["openbao"]
+    assert str(openbao["image"]).startswith("openbao/openbao:")
+    assert not openbao.get("profiles"), "the default stack runs it"
+    assert "ports" not in openbao, "reachable on the compose network only (plain HTTP)"
+    (mount,) = [target for target, source in _bind_mounts(openbao).items() if source == "./deploy/openbao"]
+    for name in ("bootstrap.sh", "openbao.hcl", "lethe-policy.hcl"):
+        assert (OPENBAO / name).is_file(), name
+    assert openbao["entrypoint"] == ["/bin/sh", f"{mount}/bootstrap.sh", "serve"]
+    env = _env(openbao)
+    assert env["OPENBAO_CONFIG"] == f"{mount}/openbao.hcl"
+    config = (OPENBAO / "openbao.hcl").read_text(encoding="utf-8")
+    assert 'storage "raft"' in config
+    # The Raft data and the bootstrap's unseal key live on the named volume, so they survive a restart together.
+    (data,) = [target for target, volume in _volume_mounts(openbao).items() if volume == "openbao-data"]
+    assert "openbao-data" in compose["volumes"]
+    assert _under(_hcl_string(config, "path"), data)
+    assert _under(str(env["OPENBAO_BOOTSTRAP_DIR"]), data)
+    listener = urlparse(f"tcp://{_hcl_string(config, 'address')}")
+    assert listener.hostname == "0.0.0.0" and listener.port == 8200
+    assert urlparse(str(env["BAO_ADDR"])).port == listener.port
+    assert urlparse(_hcl_string(config, "api_addr")).hostname == "openbao"
+    healthcheck = " ".join(openbao["healthcheck"]["test"])
+    assert "bao token lookup" in healthcheck and "$$LETHE_OPENBAO_TOKEN" in healthcheck  # healthy = bootstrapped
+    assert openbao.get("restart") == "unless-stopped"
+
+
+def test_compose_lethe_uses_the_openbao_service_with_the_bootstrapped_token() -> None:
+    services = _services()
+    lethe, openbao = _env(services["lethe"]), _env(services["openbao"])
+    assert lethe["LETHE_KEY_PROVIDER"] == "${LETHE_KEY_PROVIDER:-openbao}"
+    address = urlparse(str(lethe["LETHE_OPENBAO_ADDRESS"]))
+    config = (OPENBAO / "openbao.hcl").read_text(encoding="utf-8")
+    assert address.scheme == "http" and re.search(r"^\s*tls_disable\s*=\s*true", config, flags=re.M)
+    assert address.hostname == "openbao" and address.hostname in services
+    assert address.port == urlparse(f"tcp://{_hcl_string(config, 'address')}").port
+    # One variable, one default: the token the bootstrap creates is the one Lethe presents.
+    assert lethe["LETHE_OPENBAO_TOKEN"] == openbao["LETHE_OPENBAO_TOKEN"]
+    assert re.fullmatch(r"\$\{LETHE_OPENBAO_TOKEN:-[A-Za-z0-9_-]+\}", str(lethe["LETHE_OPENBAO_TOKEN"]))
+    depends = services["lethe"]["depends_on"]
+    assert depends["openbao"]["condition"] == "service_healthy"
+    assert "openbao" not in services["openbao"].get("depends_on", {})
+    bootstrap = (OPENBAO / "bootstrap.sh").read_text(encoding="utf-8")
+    assert '-id="$LETHE_OPENBAO_TOKEN" -policy=lethe' in bootstrap
+
+
+def test_the_bootstrap_writes_the_documented_policy() -> None:
+    documented = _documented_policy()
+    assert documented == {
+        "secret/data/lethe/*": ["create", "read", "update"],
+        "secret/metadata/lethe/*": ["read"],
+        "secret/destroy/lethe/*": ["update"],
+    }
+    assert _policy((OPENBAO / "lethe-policy.hcl").read_text(encoding="utf-8")) == documented
+    bootstrap = (OPENBAO / "bootstrap.sh").read_text(encoding="utf-8")
+    assert 'OPENBAO_POLICY=${OPENBAO_POLICY:-$here/lethe-policy.hcl}' in bootstrap
+    assert 'bao policy write lethe "$OPENBAO_POLICY"' in bootstrap
+    assert bootstrap.startswith("#!/bin/sh\n") and "set -eu" in bootstrap
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('path "a/*" { capabilities = ["read"] }', {"a/*": ["read"]}),
+        ('# c\npath "a" {\n  capabilities = ["create", "update"]\n}\n', {"a": ["create", "update"]}),
+    ],
+)
+def test_policy_parsing(text: str, expected: dict[str, list[str]]) -> None:
+    assert _policy(text) == expected
+
+
+def test_policy_parsing_refuses_what_it_does_not_read() -> None:
+    with pytest.raises(AssertionError):
+        _policy('path "a" { capabilities = ["read"] }\npath "b" { capabilities = ["read"], denied_parameters = {} }')
+
+
 # --- Prometheus and Grafana ----------------------------------------------------------------------------------
 
 
@@ -455,3 +577,24 @@ def test_k8s_env_from_secret_and_service_targets_the_pods() -> None:
     (port,) = service["spec"]["ports"]
     target = port["targetPort"]
     assert (names[target] if isinstance(target, str) else target) == _dockerfile_port()
+
+
+def test_k8s_lethe_shares_an_openbao_provider_with_its_token_from_a_secret() -> None:
+    pod = _k8s()["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["LETHE_KEY_PROVIDER"]["value"] in ("openbao", "vault")
+    address = urlparse(env["LETHE_OPENBAO_ADDRESS"]["value"])
+    assert address.scheme == "https" and address.hostname and address.port == 8200
+    token = env["LETHE_OPENBAO_TOKEN"]
+    assert "value" not in token
+    secret = token["valueFrom"]["secretKeyRef"]
+    assert secret["name"] and secret["key"]
+    # The CA bundle: a file of a volume from the same Secret, mounted where LETHE_OPENBAO_CA_CERT points.
+    ca_path = env["LETHE_OPENBAO_CA_CERT"]["value"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if _under(ca_path, m["mountPath"])]
+    assert mount.get("readOnly") is True
+    ca_volume = volumes[mount["name"]]["secret"]
+    assert ca_volume["secretName"] == secret["name"]
+    assert {item["path"] for item in ca_volume["items"]} == {ca_path.removeprefix(mount["mountPath"] + "/")}
