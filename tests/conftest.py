@@ -69,6 +69,8 @@ LONGEST_FILES = {
     "tests/forget/test_forget_tools.py": 54,
     "tests/foundation/test_http_workers.py": 50,
     "tests/forget/test_exactness_workers.py": 50,
+    "tests/replicas/test_erasure_in_copies.py": 70,
+    "tests/forget/test_forget_targets_at_rest.py": 56,
 }
 _ROOT = Path(__file__).resolve().parent.parent
 
