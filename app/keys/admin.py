@@ -22,10 +22,12 @@ from app.keys.provider import KeyProvider
 from app.keys.sealed import SealedColumn
 from app.keys.verify import OUTCOMES, VerifyReport
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
+from app.openai_compat.repository import SEALED_COLUMNS as OPENAI_OBJECTS
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
+from app.sessions.repositories.settings_sealing import SEALED_COLUMNS as SESSION_SETTINGS
 from app.tenants import repository as tenants_repo
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS)
+SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *SESSION_SETTINGS, *OPENAI_OBJECTS)
 
 
 class UnknownTenant(LookupError):

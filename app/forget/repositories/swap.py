@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.models import AgentSession
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories import tools as tools_repo
@@ -59,12 +60,12 @@ async def clear_suffix(tx: AsyncSession, session_id: str, from_turn: int) -> Ret
     await artifacts_repo.unarchive_from(tx, session_id, from_turn)
     retired = await artifacts_repo.delete_from_turn(tx, session_id, from_turn)
     await sessions_repo.delete_checkpoints_from(tx, session_id, from_turn)
-    await tools_repo.delete_environments_from(tx, session_id, from_turn)
-    return retired
+    return retired.add(await tools_repo.delete_environments_from(tx, session_id, from_turn))  # sealed, own leaves
 
 
-async def record_swap(tx: AsyncSession, session_id: str, state: Swapped) -> None:
-    await sessions_repo.record_forget(
-        tx, session_id, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
+async def record_swap(tx: AsyncSession, session: AgentSession, state: Swapped) -> Retired:
+    """The session row's new state; what it retired (the old settings' leaf when the system prompt changed)."""
+    return await sessions_repo.record_forget(
+        tx, session, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
         system_prompt=state.system_prompt,
     )
