@@ -154,6 +154,7 @@ class Artifact(Base):
         CheckConstraint("token_ids IS NULL OR token_ids_sealed IS NULL", name="one_token_ids"),
         CheckConstraint("embedding IS NULL OR embedding_sealed IS NULL", name="one_embedding"),
         CheckConstraint("(content_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
+        CheckConstraint("meta_sealed IS NULL OR leaf IS NOT NULL", name="meta_with_leaf"),  # migration 0021
         Index("ix_artifacts_session_id_turn", "session_id", "turn"),
         Index("ix_artifacts_source_ids", "source_ids", postgresql_using="gin"),
         # which sessions a memory record reached: asked by every memory forget (app/forget/cascade.py)
@@ -186,6 +187,9 @@ class Artifact(Base):
     content_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     token_ids_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian int32
     embedding_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian float32
+    # Migration 0021: the members of `meta` a client wrote (a document's `source`), sealed under `leaf`; opened back
+    # into `meta` by the repositories.
+    meta_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_now()
     # Not a column: set by the repository that opened the row when its leaf was shredded (no text, no tokens).

@@ -11,7 +11,9 @@ clear beside its ciphertext so a session deletion or a forget collects the leave
 - `env_snapshots.state_sealed`: one tool environment snapshot; `tenant_id` is added because the binding (and
   `lethe keys verify`) names the tenant, and the snapshot table had none;
 - `openai_conversations.meta_sealed`: a conversation's metadata;
-- `openai_responses.params_sealed`: a response's request parameters (tools, metadata, instructions' plan).
+- `openai_responses.params_sealed`: a response's request parameters (tools, metadata, instructions' plan);
+- `artifacts.meta_sealed`: the members of an artifact's `meta` a client wrote (a document's `source` label), under
+  the artifact's own leaf (the rest of `meta` is ids and bookkeeping the database filters on).
 The plaintext columns stay, nullable, for rows written before this version: reads use the sealed columns when present,
 else the legacy plaintext, until the online migration seals them (issue 42, step 6). A row holds each in at most one
 form, and a sealed row names its leaf. No planner statistics on the sealed columns (migration 0006's rule).
@@ -51,6 +53,9 @@ def _checks(sealed: str, plain: Sequence[str]) -> dict[str, str]:
 
 
 def upgrade() -> None:
+    op.add_column("artifacts", sa.Column("meta_sealed", sa.LargeBinary(), nullable=True))
+    op.execute("ALTER TABLE artifacts ALTER COLUMN meta_sealed SET STATISTICS 0")
+    op.create_check_constraint(op.f("ck_artifacts_meta_with_leaf"), "artifacts", "meta_sealed IS NULL OR leaf IS NOT NULL")
     op.add_column("env_snapshots", sa.Column("tenant_id", sa.String(40), nullable=True))
     for table, (sealed, plain) in _SEALED.items():
         op.add_column(table, sa.Column(sealed, sa.LargeBinary(), nullable=True))
@@ -77,3 +82,6 @@ def downgrade() -> None:
         op.drop_column(table, "leaf")
         op.drop_column(table, sealed)
     op.drop_column("env_snapshots", "tenant_id")
+    op.execute("DELETE FROM sessions WHERE id IN (SELECT session_id FROM artifacts WHERE meta_sealed IS NOT NULL)")
+    op.drop_constraint(op.f("ck_artifacts_meta_with_leaf"), "artifacts", type_="check")
+    op.drop_column("artifacts", "meta_sealed")

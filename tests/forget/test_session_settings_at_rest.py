@@ -24,7 +24,7 @@ from app.keys.errors import Erased, Tampered
 from app.keys.factory import build_keyring
 from app.keys.keyring import Keyring
 from app.sessions.repositories.settings_sealing import settings_binding, state_binding
-from tests.forget.forget_helpers import run_script
+from tests.forget.forget_helpers import forget, run_script, user
 from tests.support import files_holding, problem, rewired, sql, stored_environments
 
 GREEDY = {"temperature": 0, "max_tokens": 48, "seed": 1}  # as tests/forget/test_forget_tools.py: it copies a call
@@ -86,13 +86,18 @@ def test_no_plaintext_settings_environment_or_openai_strings_reach_the_database_
 ) -> None:
     tag = "4de891fda5"  # fixed: the greedy tiny model copies the call for this text (the data directory is the run's)
     system, description, payee = f"sysq{tag}", f"toolq{tag}", f"payq{tag}"
-    conv_meta, resp_meta = f"convq{tag}", f"respq{tag}"
+    conv_meta, resp_meta, source = f"convq{tag}", f"respq{tag}", f"srcq{tag}"
     session_id = _tooled_session(client, f"You are a bank clerk {system}. Use tools.",
                                  f"Find a contact {description}", payee)
     shown = client.get(f"/v1/sessions/{session_id}").json()
     assert system in shown["system_prompt"] and description in json.dumps(shown["tools"])  # opened on every read
     [snapshot] = stored_environments(database_url, session_id)
     assert snapshot["leaf"] is not None and payee in json.dumps(snapshot["state"])
+    document = {"type": "document", "content": "Rates are 3%.", "source": f"https://example.org/{source}"}
+    added = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [document], "generate": False})
+    assert added.status_code == 200, added.text
+    listed = client.get(f"/v1/sessions/{session_id}/artifacts").json()["artifacts"]
+    assert [a["source"] for a in listed if a["kind"] == "document"] == [f"https://example.org/{source}"]
     raw = sql(database_url, "SELECT system_prompt, tools, settings_sealed FROM sessions WHERE id = $1", session_id)
     assert raw[0]["system_prompt"] is None and raw[0]["tools"] is None and raw[0]["settings_sealed"] is not None
 
@@ -108,7 +113,7 @@ def test_no_plaintext_settings_environment_or_openai_strings_reach_the_database_
     assert client.get(f"/v1/responses/{response.json()['id']}").json()["metadata"] == {"note": resp_meta}
     sql(database_url, "CHECKPOINT")  # heap pages to their files; the WAL holds every change already
 
-    markers = [m.encode() for m in (system, description, payee, conv_meta, resp_meta)]
+    markers = [m.encode() for m in (system, description, payee, conv_meta, resp_meta, source)]
     found = files_holding(data_dir / "pg", [*markers, session_id.encode()])
     assert found[session_id.encode()], "the scan does not see what the database wrote"  # ids are in the clear
     assert {m: found[m] for m in markers} == {m: [] for m in markers}
@@ -138,6 +143,25 @@ def test_deleting_a_session_shreds_every_leaf_of_it_and_no_other(
     assert again.status_code == 200 and again.json()["system_prompt"] == "You are a clerk. Use tools."
     receipt = client.get(f"/v1/forget/{job['id']}").json()
     assert receipt["erasure"]["at_rest"] == "complete", receipt
+
+
+def test_a_forget_that_rewrites_the_system_prompt_shreds_its_old_leaf(
+    client: httpx.Client, database_url: str, live_server: Any
+) -> None:
+    secret = "QX9911"
+    session_id, _ = run_script(client, [[user("Hello.")]], {"temperature": 0, "max_tokens": 4, "seed": 3},
+                               system_prompt=f"You are helpful. My code is {secret}.")
+    tenant_id = _tenant(database_url, session_id)
+    [old] = _leaves(database_url, session_id)["sessions"]
+    job = forget(client, {"session_id": session_id, "text": secret}, wait=True)
+    assert job["status"] == "succeeded" and job["erasure"]["at_rest"] == "complete", job
+    [new] = _leaves(database_url, session_id)["sessions"]
+    [recorded] = sql(database_url, "SELECT shred_leaves FROM forget_jobs WHERE id = $1", job["id"])
+    assert new != old and old in recorded["shred_leaves"] and new not in recorded["shred_leaves"]
+    keyring = _keyring(live_server)
+    assert not _derives(keyring, tenant_id, old) and _derives(keyring, tenant_id, new)
+    shown = client.get(f"/v1/sessions/{session_id}").json()["system_prompt"]
+    assert shown.startswith("You are helpful.") and secret not in shown
 
 
 def test_a_branch_keeps_its_settings_after_its_parent_is_deleted(

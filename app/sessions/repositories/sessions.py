@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, literal, select, true, tuple_, update
+from sqlalchemy import ColumnElement, delete, func, literal, or_, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
@@ -67,11 +67,17 @@ async def delete_session(db: AsyncSession, tenant_id: str, session_id: str) -> R
     if (await db.execute(owned.with_for_update())).scalar_one_or_none() is None:
         return None
     retired = Retired()
-    holders = ((AgentSession.leaf, AgentSession.id), (Artifact.leaf, Artifact.session_id),
-               (EnvSnapshot.leaf, EnvSnapshot.session_id), (OpenAIConversation.leaf, OpenAIConversation.session_id),
-               (OpenAIResponse.leaf, OpenAIResponse.session_id))
-    for leaf, owner in holders:
-        leaves = (await db.execute(select(leaf).where(owner == session_id))).scalars().all()
+    conversation = select(OpenAIConversation.id).where(OpenAIConversation.session_id == session_id)
+    holders = (
+        (AgentSession.leaf, AgentSession.id == session_id), (Artifact.leaf, Artifact.session_id == session_id),
+        (EnvSnapshot.leaf, EnvSnapshot.session_id == session_id),
+        (OpenAIConversation.leaf, OpenAIConversation.session_id == session_id),
+        # The conversation's cascade also takes its responses placed in other sessions (branches).
+        (OpenAIResponse.leaf, or_(OpenAIResponse.session_id == session_id,
+                                  OpenAIResponse.conversation_id.in_(conversation))),
+    )
+    for leaf, owned_here in holders:
+        leaves = (await db.execute(select(leaf).where(owned_here))).scalars().all()
         retired = retired.add(Retired([x for x in leaves if x is not None], sum(x is None for x in leaves)))
     await db.execute(delete(AgentSession).where(AgentSession.id == session_id))
     return retired
