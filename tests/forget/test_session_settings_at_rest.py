@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +21,15 @@ from typing import Any
 import httpx
 import pytest
 
+from app.db.database import Database
+from app.forget.shredding import Shredder
 from app.keys.errors import Erased, Tampered
 from app.keys.factory import build_keyring
 from app.keys.keyring import Keyring
+from app.sessions.endpoints import get_sessions
 from app.sessions.repositories.settings_sealing import settings_binding, state_binding
 from tests.forget.forget_helpers import forget, run_script, user
-from tests.support import files_holding, problem, rewired, sql, stored_environments
+from tests.support import OverrideService, files_holding, problem, rewired, sealer_of, sql, stored_environments
 
 GREEDY = {"temperature": 0, "max_tokens": 48, "seed": 1}  # as tests/forget/test_forget_tools.py: it copies a call
 
@@ -242,3 +246,34 @@ def test_creating_a_session_with_the_key_provider_down_answers_503_and_writes_no
     answer = client.post("/v1/sessions", json={"system_prompt": "Never stored."})
     assert problem(answer, 503)["type"].endswith("keys-unavailable") and int(answer.headers["Retry-After"]) > 0
     assert sql(database_url, "SELECT count(*) AS n FROM sessions")[0]["n"] == before
+
+
+def test_a_deletion_whose_shred_the_provider_refused_stays_pending_until_a_retry(
+    client: httpx.Client, database_url: str, live_server: Any, tmp_path: Path,
+    override_service: OverrideService, caplog: pytest.LogCaptureFixture,
+) -> None:
+    session_id, _ = run_script(client, [[user("Hello.")]], {"temperature": 0, "max_tokens": 4, "seed": 3},
+                               system_prompt="You are helpful.")
+    tenant_id = _tenant(database_url, session_id)
+    everything = [leaf for found in _leaves(database_url, session_id).values() for leaf in found]
+    blocked = tmp_path / "keys-down"
+    blocked.write_text("not a directory")
+    override_service(get_sessions, "sessions", key_dir=blocked)  # its shredder cannot reach the key store
+    with caplog.at_level(logging.WARNING, logger="app.forget.shredding"):
+        assert client.delete(f"/v1/sessions/{session_id}").status_code == 204  # the deletion committed
+    assert any("shred pending" in r.getMessage() for r in caplog.records)
+    [job] = sql(database_url, "SELECT id, shred_leaves FROM forget_jobs WHERE strategy = 'session_delete' AND "
+                              "target->>'session_id' = $1", session_id)
+    assert set(job["shred_leaves"]) == set(everything)
+
+    async def retry() -> None:  # the forget worker's sweep (the server's own may have run it first: idempotent)
+        db = Database(database_url, pool_size=1)
+        try:
+            await Shredder(db, sealer_of(live_server, db)).sweep()
+        finally:
+            await db.close()
+
+    asyncio.run(retry())
+    assert client.get(f"/v1/forget/{job['id']}").json()["erasure"]["at_rest"] == "complete"
+    keyring = _keyring(live_server)
+    assert [leaf for leaf in everything if _derives(keyring, tenant_id, leaf)] == []
