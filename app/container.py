@@ -98,7 +98,7 @@ class Container:
         sessions = SessionService(
             self.db, self.engine, self.handles, self.embedder, policies, sealer,
             lock_timeout_s=settings.session_lock_timeout_s, lease_s=settings.session_lease_s,
-            on_wait=self.metrics.session_waiters.inc,
+            on_wait=self.metrics.session_waiters.inc, settle=self.shredder.settle, horizon_s=horizon_s,
         )
         forget = ForgetService(
             self.db, self.engine, self.embedder, policies, wait_s=settings.forget_wait_s, wake=self.forget_wake,

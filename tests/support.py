@@ -324,3 +324,38 @@ def files_holding(root: Path, needles: list[bytes]) -> dict[bytes, list[str]]:
             if needle in data:
                 found[needle].append(str(path.relative_to(root)))
     return found
+
+
+def stored_environments(database_url: str, session_id: str) -> list[dict[str, Any]]:
+    """A session's rows of `env_snapshots`, ordered by turn, with `state` opened by a fresh keyring over the run's
+    key store (a row from before migration 0021 as its plaintext JSON; None when its leaf was shredded)."""
+    import json
+    import os
+    from pathlib import Path
+
+    from app.keys.errors import Erased
+    from app.keys.keyring import Keyring
+    from app.keys.local import LocalProvider
+    from app.sessions.repositories.settings_sealing import state_binding
+
+    keyring = Keyring(LocalProvider(Path(os.environ["LETHE_KEY_DIR"])), ttl_s=60.0)
+
+    async def run() -> list[dict[str, Any]]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = [dict(r) for r in await conn.fetch(
+                "SELECT * FROM env_snapshots WHERE session_id = $1 ORDER BY turn", session_id)]
+        finally:
+            await conn.close()
+        for row in rows:
+            if row["state_sealed"] is None:
+                row["state"] = None if row["state"] is None else json.loads(row["state"])
+                continue
+            try:
+                row["state"] = json.loads(await keyring.unseal(state_binding(row["tenant_id"], row["id"]),
+                                                               row["state_sealed"]))
+            except Erased:
+                row["state"] = None
+        return rows
+
+    return asyncio.run(run())

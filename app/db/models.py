@@ -101,6 +101,9 @@ class AgentSession(Base):
         ),
         UniqueConstraint("tenant_id", "id"),
         Index("ix_sessions_subject", "tenant_id", "subject_id", postgresql_where=text("subject_id IS NOT NULL")),
+        # Migration 0021: the settings in at most one form, a sealed row names its leaf.
+        CheckConstraint("settings_sealed IS NULL OR (system_prompt IS NULL AND tools IS NULL)", name="one_form"),
+        CheckConstraint("(settings_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -114,6 +117,9 @@ class AgentSession(Base):
     status: Mapped[str] = mapped_column(String(20), nullable=False, default="idle")
     lease_owner: Mapped[str | None] = mapped_column(String(80))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Plaintext of rows written before migration 0021; new rows hold the system prompt and the tool specs only in
+    # `settings_sealed`, under `leaf`, the session's own (app/sessions/repositories/settings_sealing.py). The
+    # repositories open them into `system_prompt` and `tools` of the objects they return (never flushed back).
     system_prompt: Mapped[str | None] = mapped_column(Text)
     memory_namespace: Mapped[str | None] = mapped_column(String(200))
     # The data subject the session is about (app/subjects/): what their erasure erases and their export exports.
@@ -121,7 +127,7 @@ class AgentSession(Base):
     context_policy: Mapped[str] = mapped_column(String(20), nullable=False, default="full")
     checkpoint_policy: Mapped[str] = mapped_column(String(30), nullable=False, default="every_turn")
     retrieval: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
-    tools: Mapped[list[Any]] = mapped_column(JSONB, nullable=False, default=list)
+    tools: Mapped[list[Any]] = mapped_column(JSONB(none_as_null=True), nullable=True)
     sampling: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
     # Automatic compaction: {"max_tokens", "keep_last_turns", "write_back"} ({}: only on request).
     compaction: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict, server_default="{}")
@@ -131,6 +137,8 @@ class AgentSession(Base):
     )
     turns: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     token_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    settings_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # {"system_prompt", "tools"} as JSON
+    leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_now()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now(), onupdate=func.now()
@@ -149,6 +157,7 @@ class Artifact(Base):
         CheckConstraint("token_ids IS NULL OR token_ids_sealed IS NULL", name="one_token_ids"),
         CheckConstraint("embedding IS NULL OR embedding_sealed IS NULL", name="one_embedding"),
         CheckConstraint("(content_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
+        CheckConstraint("meta_sealed IS NULL OR leaf IS NOT NULL", name="meta_with_leaf"),  # migration 0021
         Index("ix_artifacts_session_id_turn", "session_id", "turn"),
         Index("ix_artifacts_source_ids", "source_ids", postgresql_using="gin"),
         # which sessions a memory record reached: asked by every memory forget (app/forget/cascade.py)
@@ -181,6 +190,9 @@ class Artifact(Base):
     content_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     token_ids_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian int32
     embedding_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)  # little-endian float32
+    # Migration 0021: the members of `meta` a client wrote (a document's `source`), sealed under `leaf`; opened back
+    # into `meta` by the repositories.
+    meta_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_now()
     # Not a column: set by the repository that opened the row when its leaf was shredded (no text, no tokens).
@@ -218,12 +230,22 @@ class EnvSnapshot(Base):
     """The built-in tool environment's state at the end of a transition that changed it."""
 
     __tablename__ = "env_snapshots"
-    __table_args__ = (UniqueConstraint("session_id", "turn"),)
+    __table_args__ = (
+        UniqueConstraint("session_id", "turn"),
+        # Migration 0021: the state in at most one form, a sealed row names its leaf.
+        CheckConstraint("state_sealed IS NULL OR (state IS NULL)", name="one_form"),
+        CheckConstraint("(state_sealed IS NULL) = (leaf IS NULL)", name="sealed_with_leaf"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False)
     turn: Mapped[int] = mapped_column(Integer, nullable=False)
-    state: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    # Plaintext of snapshots from before migration 0021; a new one is sealed under its own leaf in `state_sealed`,
+    # bound to its tenant (app/sessions/repositories/settings_sealing.py), and opened by the repository that reads it.
+    state: Mapped[dict[str, Any]] = mapped_column(JSONB(none_as_null=True), nullable=True)
+    tenant_id: Mapped[str | None] = mapped_column(String(40))  # NULL on snapshots from before migration 0021
+    state_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    leaf: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_now()
 
 

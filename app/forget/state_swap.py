@@ -80,7 +80,8 @@ async def swap_in(
             deleted=change.deleted, updated=change.updated, inserted=change.inserted, edges=change.edges,
             first_turn=change.first_turn,
         ))
-    await record_swap(tx, session.id, Swapped(epoch, turns, change.token_count, change.system_prompt))
+    swapped = Swapped(epoch, turns, change.token_count, change.system_prompt)
+    retired = retired.add(await record_swap(tx, session, swapped))  # a rewritten system prompt's old leaf
     after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
     if policy.rotates_salt(log_before, [t for r in after for t in r.token_ids]):
         # The forgotten blocks stay in vLLM's prefix cache until evicted: no request of this session may reach them.

@@ -30,13 +30,17 @@ from app.keys.sealed import SealedColumn
 from app.keys.verify import OUTCOMES, VerifyReport
 from app.memory.repositories import legacy as memory_legacy
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
+from app.openai_compat.repository import SEALED_COLUMNS as OPENAI_OBJECTS
 from app.sessions.repositories import legacy as artifacts_legacy
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
+from app.sessions.repositories.settings_sealing import SEALED_COLUMNS as SESSION_SETTINGS
 from app.tenants import repository as tenants_repo
 from app.threads.repositories import legacy as threads_legacy
 from app.threads.repositories.sealing import SEALED_COLUMNS as THREADS
 
-SEALED: tuple[SealedColumn, ...] = (*MEMORY, *ARTIFACTS, *THREADS, *FORGET_JOBS)
+SEALED: tuple[SealedColumn, ...] = (
+    *MEMORY, *ARTIFACTS, *SESSION_SETTINGS, *OPENAI_OBJECTS, *THREADS, *FORGET_JOBS
+)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,10 @@
-"""SQL of the OpenAI-compatible tables. Every lookup is scoped to the tenant."""
+"""SQL of the OpenAI-compatible tables. Every lookup is scoped to the tenant.
+
+The client's strings here are sealed at rest (docs/erasure-at-rest.md): a conversation's metadata and a response's
+parameters (its tools, metadata, a plan's reply), each under a leaf of its own drawn from its session's stream, bound
+to (tenant, table, row id, column). Rows are opened as they are read (as committed values: a flush never writes them
+back); rows from before migration 0021 hold plaintext and read as before. Deleting the session shreds their leaves.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,75 @@ from typing import Any
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.models import Artifact
 from app.db.openai_models import OpenAIChatHead, OpenAIConversation, OpenAIResponse
-from app.sessions.repositories.sealing import open_artifacts
+from app.db.statements import Row
+from app.keys.envelope import Binding
+from app.keys.errors import Erased
+from app.keys.sealed import SealedColumn
+from app.sessions.repositories.sealing import open_artifacts, sealer_of
+
+# Sealed rows: table → (the clear attribute, its sealed column). The leaf is the row's `leaf`.
+_SEALED: dict[type[Any], tuple[str, str]] = {
+    OpenAIConversation: ("meta", "meta_sealed"), OpenAIResponse: ("params", "params_sealed"),
+}
+
+
+def _binding(row: Any, column: str) -> Binding:
+    return Binding(row.tenant_id, row.__tablename__, row.id, column)
+
+
+# What `lethe keys verify` checks (app/keys/sealed.py).
+def _verified(table: str, clear: str, sealed: str) -> SealedColumn:
+    def binding(row: Row, _column: str) -> Binding:
+        return Binding(row["tenant_id"], table, row["id"], clear)
+
+    return SealedColumn(table, ("id",), (sealed,), binding)
+
+
+SEALED_COLUMNS = tuple(_verified(model.__tablename__, clear, sealed) for model, (clear, sealed) in _SEALED.items())
+
+
+async def _seal(db: AsyncSession, row: Any, value: dict[str, Any], *, leaf: int | None = None) -> dict[str, Any]:
+    """The row's sealed columns for `value`: under `leaf`, or a fresh one of its session's stream."""
+    clear, sealed = _SEALED[type(row)]
+    sealer = sealer_of(db)
+    if leaf is None:
+        leaf = await sealer.leaf(row.tenant_id, row.session_id)
+    return {"leaf": leaf, sealed: await sealer.seal_json(leaf, _binding(row, clear), value), clear: None}
+
+
+async def _open(db: AsyncSession, row: Any) -> Any:
+    """`row` with its client strings opened in place; a shredded leaf opens as empty (nothing of it is shown)."""
+    clear, sealed = _SEALED[type(row)]
+    ciphertext = getattr(row, sealed)
+    if ciphertext is not None:
+        try:
+            value = await sealer_of(db).open_json(_binding(row, clear), ciphertext)
+        except Erased:
+            value = {}
+        set_committed_value(row, clear, value)
+    elif getattr(row, clear) is None:
+        set_committed_value(row, clear, {})
+    return row
 
 
 async def add(db: AsyncSession, row: Any) -> None:
+    """Insert `row`; a conversation's metadata or a response's parameters are stored sealed (the object keeps them
+    opened)."""
+    if type(row) not in _SEALED:
+        db.add(row)
+        await db.flush()
+        return
+    clear, _ = _SEALED[type(row)]
+    value = dict(getattr(row, clear) or {})
+    for name, stored in (await _seal(db, row, value)).items():
+        setattr(row, name, stored)
     db.add(row)
     await db.flush()
+    set_committed_value(row, clear, value)
 
 
 async def conversation(db: AsyncSession, tenant_id: str, conversation_id: str, *, for_update: bool = False
@@ -25,7 +91,8 @@ async def conversation(db: AsyncSession, tenant_id: str, conversation_id: str, *
     )
     if for_update:
         stmt = stmt.with_for_update()
-    return (await db.execute(stmt)).scalar_one_or_none()
+    row = (await db.execute(stmt)).scalar_one_or_none()
+    return None if row is None else await _open(db, row)
 
 
 async def conversation_of_session(db: AsyncSession, session_id: str) -> str | None:
@@ -34,8 +101,11 @@ async def conversation_of_session(db: AsyncSession, session_id: str) -> str | No
     return (await db.execute(stmt)).scalar_one_or_none()
 
 
-async def set_metadata(db: AsyncSession, conversation_id: str, meta: dict[str, str]) -> None:
-    await db.execute(update(OpenAIConversation).where(OpenAIConversation.id == conversation_id).values(meta=meta))
+async def set_metadata(db: AsyncSession, conv: OpenAIConversation, meta: dict[str, str]) -> None:
+    """New metadata, sealed under the conversation's leaf (a row from before migration 0021 takes a fresh one): an
+    update is not a forget, and the leaf goes with the conversation's session when it is deleted."""
+    sealed = await _seal(db, conv, dict(meta), leaf=conv.leaf)
+    await db.execute(update(OpenAIConversation).where(OpenAIConversation.id == conv.id).values(**sealed))
 
 
 async def set_session(db: AsyncSession, conversation_id: str, session_id: str) -> None:
@@ -46,7 +116,8 @@ async def set_session(db: AsyncSession, conversation_id: str, session_id: str) -
 
 async def response(db: AsyncSession, tenant_id: str, response_id: str) -> OpenAIResponse | None:
     stmt = select(OpenAIResponse).where(OpenAIResponse.id == response_id, OpenAIResponse.tenant_id == tenant_id)
-    return (await db.execute(stmt)).scalar_one_or_none()
+    row = (await db.execute(stmt)).scalar_one_or_none()
+    return None if row is None else await _open(db, row)
 
 
 async def at_turn(db: AsyncSession, session_id: str, turn: int) -> list[Artifact]:

@@ -129,7 +129,7 @@ class CompatService:
     ) -> dict[str, Any]:
         conv, _ = await self._conversation(tenant_id, conversation_id)
         async with self.db.transaction() as tx:
-            await repo.set_metadata(tx, conv.id, metadata)
+            await repo.set_metadata(tx, conv, metadata)
         conv.meta = metadata
         return self._conversation_out(conv)
 

@@ -6,9 +6,9 @@ are commit.py, the session lease is locking.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,11 +16,13 @@ from app import pagination
 from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
 from app.db.models import AgentSession
+from app.db.statements import InSession
 from app.embeddings import Embedder
 from app.engine.protocol import ChatTemplate, KVEngine, TokenSink
 from app.engine.session_caches import SessionCaches
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound, NotReady
+from app.forget.repositories import jobs as jobs_repo
 from app.ids import new_id
 from app.keys.content import Sealer
 from app.memory.service import injectable_in
@@ -34,12 +36,19 @@ from app.sessions.locking import DEFAULT_LEASE_S, DEFAULT_LOCK_TIMEOUT_S, Lease,
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import leases as leases_repo
 from app.sessions.repositories import sessions as sessions_repo
+from app.sessions.repositories.artifacts import Retired
 from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
 from app.subjects import repository as subjects_repo
 from app.tool_calls import ToolCall
 
 MAX_INJECTED = 256  # memory records injected at session start; a namespace larger than that needs retrieval
 INJECTION_ATTEMPTS = 5  # renders of a namespace's records that a concurrent write can invalidate before 409
+DELETED: Final = "session_delete"  # the strategy of the finished forget job a session deletion records its shred on
+DEFAULT_HORIZON_S: Final = 300  # Settings.erasure_horizon_s's default
+
+# Punctures a deletion's leaves and marks its job's shred complete; False when the key provider refused (the forget
+# worker's sweep retries it). The container passes the process's `Shredder.settle` (app/forget/shredding.py).
+Settle = Callable[[str, str | None, list[int]], Awaitable[bool]]
 
 
 class SessionService:
@@ -55,6 +64,8 @@ class SessionService:
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         lease_s: float = DEFAULT_LEASE_S,
         on_wait: Callable[[int], None] | None = None,
+        settle: Settle | None = None,
+        horizon_s: int = DEFAULT_HORIZON_S,
     ) -> None:
         self.db = db
         self.slot = engine
@@ -64,6 +75,8 @@ class SessionService:
         self.sealer = sealer  # memory records injected into a new session are opened with it
         self.locks = SessionLocks(db, handles, lock_timeout_s, lease_s=lease_s, on_wait=on_wait)
         self.transitions = Transitions(self.locks, policies, sealer)
+        self.settle = settle  # None: a deletion's shred waits for the forget worker's sweep
+        self.horizon_s = horizon_s
 
     async def chat(self) -> ChatTemplate:
         """The engine's chat template (503 while the model loads)."""
@@ -158,12 +171,33 @@ class SessionService:
         return views, pagination.next_cursor(positions, limit)
 
     async def delete(self, tenant_id: str, session_id: str) -> None:
+        """Purge the session and shred every leaf its content was sealed under (docs/erasure-at-rest.md): the leaves
+        are recorded on a finished forget job (strategy `session_delete`) in the deleting transaction, so a shred
+        the key provider refuses now stays pending and the forget worker's sweep retries it."""
         # Under the session's lease: it waits out a turn in flight rather than racing it.
         async with self.locks.leased(tenant_id, session_id, "running") as lease, lease.commit() as (tx, _):
-            await sessions_repo.delete_session(tx, tenant_id, session_id)
+            erased = await sessions_repo.delete_session(tx, tenant_id, session_id)
+            shred = await self._record_shred(tx, tenant_id, session_id, erased)
+        if shred is not None and self.settle is not None:
+            await self.settle(tenant_id, shred, erased.leaves if erased else [])
         handle = await self.handles.drop(session_route(tenant_id, session_id))
         if handle is not None and self.slot.ready:
             await self.slot.engine.release(handle)
+
+    async def _record_shred(self, tx: AsyncSession, tenant_id: str, session_id: str, erased: Retired | None
+                            ) -> str | None:
+        """The job recording a deletion's leaves (None: it erased nothing sealed). Its receipt promises erasure at
+        rest only when nothing the deletion erased was plaintext from before the sealing migrations."""
+        if erased is None or not erased.leaves:
+            return None
+        job_id = new_id("fgt")
+        receipt = {"duration_ms": 0, "erasure_horizon_s": None if erased.plaintext else self.horizon_s}
+        await jobs_repo.queue(
+            InSession(tx), self.sealer, id=job_id, tenant_id=tenant_id, strategy=DELETED,
+            target={"session_id": session_id},
+            reason=None, receipt=receipt, finished=True, shred_leaves=erased.leaves,
+        )
+        return job_id
 
     def leased(
         self, tenant_id: str, session_id: str, status: str, timeout_s: float

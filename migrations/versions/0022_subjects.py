@@ -1,7 +1,7 @@
 """data subjects: the people data is about, and the sessions that name one
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 Create Date: 2026-12-07
 
 Data-subject requests (issue 43; docs/subjects.md). A subject is the caller's id for a person, per tenant, with the
@@ -18,7 +18,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0022"
-down_revision: str | None = "0020"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from tests.forget.forget_helpers import artifacts, forget, run_script, shape, tables_holding, wait_job
-from tests.support import problem, sql
+from tests.support import problem, sql, stored_environments
 
 TOOLS = [
     {"name": "get_balance", "builtin": True},
@@ -46,8 +46,8 @@ def test_builtin_calls_fire_once_and_client_calls_wait(client: httpx.Client, dat
     assert result["content"] == "sent 10.00 EUR; balance 990.00" and result["tool_call_id"] == call["tool_call_id"]
     ledger = sql(database_url, "SELECT * FROM tool_executions WHERE session_id = $1", session_id)
     assert [r["name"] for r in ledger] == ["transfer"] and "DE42" not in str(ledger)  # a digest, not the arguments
-    state = sql(database_url, "SELECT id, state FROM env_snapshots WHERE session_id = $1", session_id)
-    assert json.loads(state[0]["state"])["bank"]["balance"] == 990.0
+    state = stored_environments(database_url, session_id)  # sealed at rest: opened as the service opens it
+    assert state[0]["state"]["bank"]["balance"] == 990.0
     linked = sql(database_url, "SELECT turn, env_snapshot_id FROM checkpoints WHERE session_id = $1 ORDER BY turn",
                  session_id)
     assert [(r["turn"], r["env_snapshot_id"]) for r in linked] == [(0, None), (1, state[0]["id"])]
@@ -120,8 +120,8 @@ def test_an_identical_consequential_call_reuses_its_result_and_never_fires_again
     assert result["content"] == "sent 5.00 EUR; balance 995.00"
     ledger = sql(database_url, "SELECT call_id FROM tool_executions WHERE session_id = $1", session_id)
     assert len(ledger) == 1  # fired once, ever
-    state = sql(database_url, "SELECT turn, state FROM env_snapshots WHERE session_id = $1", session_id)
-    assert [(r["turn"], json.loads(r["state"])["bank"]["balance"]) for r in state] == [(1, 995.0)]
+    state = stored_environments(database_url, session_id)
+    assert [(r["turn"], r["state"]["bank"]["balance"]) for r in state] == [(1, 995.0)]
     reference, _ = session(client, [script[0], []])
     assert shape(after, database_url) == shape(artifacts(client, reference), database_url)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.models import AgentSession
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories.artifacts import Retired
@@ -51,8 +52,9 @@ async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -
     return retired
 
 
-async def record_swap(tx: AsyncSession, session_id: str, state: Swapped) -> None:
-    await sessions_repo.record_forget(
-        tx, session_id, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
+async def record_swap(tx: AsyncSession, session: AgentSession, state: Swapped) -> Retired:
+    """The session row's new state; what it retired (the old settings' leaf when the system prompt changed)."""
+    return await sessions_repo.record_forget(
+        tx, session, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
         system_prompt=state.system_prompt,
     )

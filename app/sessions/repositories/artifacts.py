@@ -19,6 +19,7 @@ from app.sessions.repositories.sealing import (
     open_artifacts,
     open_tokens,
     seal_content,
+    seal_meta,
     seal_rows,
     seal_vector,
     sealer_of,
@@ -306,6 +307,8 @@ async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, An
                 values["embedding"] = row["embedding"]
             else:
                 values.update(await seal_vector(sealer, leaf, old.tenant_id, old.id, row["embedding"]))
+        if leaf is not None:  # the client's members of meta sealed under the row's leaf (a legacy row: as it was)
+            values.update(await seal_meta(sealer, leaf, old.tenant_id, old.id, row["meta"]))
         await db.execute(
             update(Artifact).where(Artifact.session_id == session_id, Artifact.id == row["id"]).values(**values)
         )

@@ -13,6 +13,7 @@ from sqlalchemy import ColumnElement, and_, case, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
+from app.sessions.repositories.settings_sealing import open_sessions
 
 
 def _live() -> ColumnElement[bool]:
@@ -42,7 +43,9 @@ async def take(
     if (await db.execute(stmt)).scalar_one_or_none() is None:
         return None
     row = select(AgentSession).where(AgentSession.id == session_id).execution_options(populate_existing=True)
-    return (await db.execute(row)).scalar_one()
+    found = (await db.execute(row)).scalar_one()
+    await open_sessions(db, [found])  # populate_existing loaded its settings' columns as stored: sealed
+    return found
 
 
 async def renew(db: AsyncSession, session_id: str, owner: str, ttl_s: float) -> bool:
@@ -76,7 +79,10 @@ async def lock_held(db: AsyncSession, session_id: str, owner: str) -> AgentSessi
         .with_for_update()
         .execution_options(populate_existing=True)
     )
-    return (await db.execute(stmt)).scalar_one_or_none()
+    row = (await db.execute(stmt)).scalar_one_or_none()
+    if row is not None:
+        await open_sessions(db, [row])
+    return row
 
 
 async def statuses(db: AsyncSession, session_ids: list[str]) -> dict[str, str]:

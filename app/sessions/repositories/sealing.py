@@ -7,6 +7,10 @@ artifact, column or tenant does not open (`Tampered`); one whose leaf a forget s
 are packed as little-endian int32, embeddings as little-endian float32, so what is sealed is exactly what the
 plaintext columns held.
 
+`meta` stays in the clear (ids the database filters on, the runtime's bookkeeping) but for the members a client
+wrote (`CLIENT_META`: a document's `source` label), sealed since migration 0021 under the same leaf in `meta_sealed`
+(column "meta") and merged back into `meta` when the row is opened.
+
 Rows written before migration 0017 hold plaintext (`leaf` NULL) and read as before until the online migration seals
 them. The process's `Sealer` reaches these helpers through the unit of work (`Database.seal_with`).
 """
@@ -27,6 +31,7 @@ from app.keys.errors import Erased
 from app.keys.sealed import SealedColumn
 
 TABLE = "artifacts"
+CLIENT_META = ("source",)  # members of `meta` a client wrote: sealed (the rest are ids and bookkeeping)
 _INT32 = np.dtype("<i4")
 _FLOAT32 = np.dtype("<f4")
 
@@ -44,7 +49,7 @@ def binding(tenant_id: str, artifact_id: str, column: str) -> Binding:
 
 # What `lethe keys verify` checks of session content (app/keys/sealed.py): every artifact holding a ciphertext.
 SEALED_COLUMNS = (
-    SealedColumn(TABLE, ("id",), ("content_sealed", "token_ids_sealed", "embedding_sealed"),
+    SealedColumn(TABLE, ("id",), ("content_sealed", "token_ids_sealed", "embedding_sealed", "meta_sealed"),
                  lambda row, column: binding(row["tenant_id"], row["id"], column.removesuffix("_sealed"))),
 )
 
@@ -85,6 +90,15 @@ async def seal_vector(sealer: Sealer, leaf: int, tenant_id: str, artifact_id: st
     return {"embedding": None, "embedding_sealed": sealed}
 
 
+async def seal_meta(sealer: Sealer, leaf: int, tenant_id: str, artifact_id: str, meta: dict[str, Any] | None
+                    ) -> dict[str, Any]:
+    """The meta columns: the client's members (`CLIENT_META`) sealed under the artifact's `leaf`, the rest clear."""
+    clear = {k: v for k, v in (meta or {}).items() if k not in CLIENT_META}
+    private = {k: v for k, v in (meta or {}).items() if k in CLIENT_META}
+    sealed = await sealer.seal_json(leaf, binding(tenant_id, artifact_id, "meta"), private) if private else None
+    return {"meta": clear, "meta_sealed": sealed}
+
+
 async def seal_rows(sealer: Sealer, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """New artifact rows as stored: each under a fresh leaf of its session's stream, only ciphertext."""
     out = []
@@ -94,6 +108,7 @@ async def seal_rows(sealer: Sealer, rows: Sequence[dict[str, Any]]) -> list[dict
         sealed = {**row, **await seal_content(sealer, leaf, tenant_id, artifact_id, row["content"], row["token_ids"])}
         if "embedding" in row:
             sealed.update(await seal_vector(sealer, leaf, row["tenant_id"], row["id"], row["embedding"]))
+        sealed.update(await seal_meta(sealer, leaf, tenant_id, artifact_id, row.get("meta")))
         out.append(sealed)
     return out
 
@@ -134,6 +149,9 @@ async def open_artifacts(db: AsyncSession, rows: Sequence[Artifact]) -> list[Art
             content = await open_text(sealer, row.tenant_id, row.id, None, row.content_sealed)
             tokens = await open_tokens(sealer, row.tenant_id, row.id, None, row.token_ids_sealed)
             vector = await open_vector(sealer, row.tenant_id, row.id, None, row.embedding_sealed)
+            if row.meta_sealed is not None:
+                private = await sealer.open_json(binding(row.tenant_id, row.id, "meta"), row.meta_sealed)
+                set_committed_value(row, "meta", {**(row.meta or {}), **private})
         except Erased:
             row.erased = True
             content, tokens, vector = "", [], None

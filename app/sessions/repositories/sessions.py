@@ -1,30 +1,48 @@
-"""SQL for sessions and their checkpoints. Every lookup is scoped to the tenant: a foreign id reads as unknown."""
+"""SQL for sessions and their checkpoints. Every lookup is scoped to the tenant: a foreign id reads as unknown.
+
+A session's system prompt and tools are stored sealed (settings_sealing.py): `create` seals them, every read that
+returns sessions opens them, and `delete_session` returns the leaves of everything the deletion erased, to shred.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, literal, select, true, tuple_, update
+from sqlalchemy import ColumnElement, delete, func, literal, or_, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
-from app.db.models import AgentSession, Checkpoint
+from app.db.models import AgentSession, Artifact, Checkpoint, EnvSnapshot
+from app.db.openai_models import OpenAIConversation, OpenAIResponse
 from app.ids import new_id
 from app.pagination import Position
+from app.sessions.repositories.artifacts import Retired
 from app.sessions.repositories.leases import live_status
+from app.sessions.repositories.sealing import sealer_of
+from app.sessions.repositories.settings_sealing import open_sessions, seal_settings
 
 
 async def create(db: AsyncSession, **values: Any) -> AgentSession:
-    row = AgentSession(**values)
+    """The session row, its system prompt and tools sealed under a leaf of its own (the object returned holds them
+    opened)."""
+    system_prompt, tools = values.get("system_prompt"), list(values.get("tools") or [])
+    sealed = await seal_settings(sealer_of(db), values["tenant_id"], values["id"], system_prompt, tools)
+    row = AgentSession(**{**values, **sealed})
     db.add(row)
     await db.flush()
+    set_committed_value(row, "system_prompt", system_prompt)
+    set_committed_value(row, "tools", tools)
     return row
 
 
 async def get(db: AsyncSession, tenant_id: str, session_id: str) -> AgentSession | None:
     stmt = select(AgentSession).where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
-    return (await db.execute(stmt)).scalar_one_or_none()
+    row = (await db.execute(stmt)).scalar_one_or_none()
+    if row is not None:
+        await open_sessions(db, [row])
+    return row
 
 
 async def record_transition(db: AsyncSession, session_id: str, *, turns: int, token_count: int) -> None:
@@ -39,14 +57,30 @@ async def set_sampling(db: AsyncSession, session_id: str, sampling: dict[str, An
     await db.execute(update(AgentSession).where(AgentSession.id == session_id).values(sampling=sampling))
 
 
-async def delete_session(db: AsyncSession, tenant_id: str, session_id: str) -> bool:
-    """Delete the row; artifacts, provenance edges and checkpoints go with it (ON DELETE CASCADE)."""
-    stmt = (
-        delete(AgentSession)
-        .where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
-        .returning(AgentSession.id)
+async def delete_session(db: AsyncSession, tenant_id: str, session_id: str) -> Retired | None:
+    """Delete the row; artifacts (archived ones too), provenance edges, checkpoints, tool environments and the OpenAI
+    conversation and responses go with it (ON DELETE CASCADE). Returns what it erased, to shred once it committed:
+    every leaf the session's content was sealed under, read in this transaction before the cascade (nothing can add a
+    row meanwhile: the caller holds the session's lease and its row lock), and how many of those rows were plaintext
+    from before the sealing migrations. None: no such session."""
+    owned = select(AgentSession.id).where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
+    if (await db.execute(owned.with_for_update())).scalar_one_or_none() is None:
+        return None
+    retired = Retired()
+    conversation = select(OpenAIConversation.id).where(OpenAIConversation.session_id == session_id)
+    holders = (
+        (AgentSession.leaf, AgentSession.id == session_id), (Artifact.leaf, Artifact.session_id == session_id),
+        (EnvSnapshot.leaf, EnvSnapshot.session_id == session_id),
+        (OpenAIConversation.leaf, OpenAIConversation.session_id == session_id),
+        # The conversation's cascade also takes its responses placed in other sessions (branches).
+        (OpenAIResponse.leaf, or_(OpenAIResponse.session_id == session_id,
+                                  OpenAIResponse.conversation_id.in_(conversation))),
     )
-    return (await db.execute(stmt)).scalar_one_or_none() is not None
+    for leaf, owned_here in holders:
+        leaves = (await db.execute(select(leaf).where(owned_here))).scalars().all()
+        retired = retired.add(Retired([x for x in leaves if x is not None], sum(x is None for x in leaves)))
+    await db.execute(delete(AgentSession).where(AgentSession.id == session_id))
+    return retired
 
 
 async def add_checkpoints(db: AsyncSession, session_id: str, rows: Sequence[tuple[int, int, str]]) -> None:
@@ -75,14 +109,23 @@ async def delete_checkpoints_from(db: AsyncSession, session_id: str, turn: int) 
 
 
 async def record_forget(
-    db: AsyncSession, session_id: str, *, epoch: int, turns: int, token_count: int, system_prompt: str | None
-) -> None:
-    """The swap's last write: the new epoch tells clients (and other processes' caches) the state was rewritten."""
-    await db.execute(
-        update(AgentSession)
-        .where(AgentSession.id == session_id)
-        .values(epoch=epoch, turns=turns, token_count=token_count, system_prompt=system_prompt, updated_at=func.now())
-    )
+    db: AsyncSession, session: AgentSession, *, epoch: int, turns: int, token_count: int, system_prompt: str | None
+) -> Retired:
+    """The swap's last write: the new epoch tells clients (and other processes' caches) the state was rewritten.
+    A system prompt the forget changed is sealed again under a fresh leaf, and the old leaf is returned, to shred
+    with the forget's other leaves (the old ciphertext stays in dead tuples, WAL and backups)."""
+    values: dict[str, Any] = {"epoch": epoch, "turns": turns, "token_count": token_count, "updated_at": func.now()}
+    if system_prompt == session.system_prompt:
+        await db.execute(update(AgentSession).where(AgentSession.id == session.id).values(**values))
+        return Retired()
+    retired = Retired([session.leaf] if session.leaf is not None else [], int(session.leaf is None))
+    tools = list(session.tools or [])
+    sealed = await seal_settings(sealer_of(db), session.tenant_id, session.id, system_prompt, tools)
+    await db.execute(update(AgentSession).where(AgentSession.id == session.id).values(**values, **sealed))
+    # The object as stored now, its settings opened (never flushed back).
+    for name, value in {**sealed, "system_prompt": system_prompt, "tools": tools}.items():
+        set_committed_value(session, name, value)
+    return retired
 
 
 async def bump_cache_generation(db: AsyncSession, session_id: str) -> None:
@@ -133,4 +176,6 @@ async def page(
     if status is not None:
         stmt = stmt.where(live_status() == status)
     stmt = stmt.order_by(AgentSession.created_at.desc(), AgentSession.id.desc()).limit(limit)
-    return list((await db.execute(stmt)).scalars())
+    rows = list((await db.execute(stmt)).scalars())
+    await open_sessions(db, rows)
+    return rows

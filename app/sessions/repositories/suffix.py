@@ -18,5 +18,4 @@ async def clear_suffix(tx: AsyncSession, session_id: str, from_turn: int) -> Ret
     await artifacts_repo.unarchive_from(tx, session_id, from_turn)
     retired = await artifacts_repo.delete_from_turn(tx, session_id, from_turn)
     await sessions_repo.delete_checkpoints_from(tx, session_id, from_turn)
-    await tools_repo.delete_environments_from(tx, session_id, from_turn)
-    return retired
+    return retired.add(await tools_repo.delete_environments_from(tx, session_id, from_turn))  # sealed, own leaves

@@ -1,4 +1,7 @@
-"""SQL for the built-in tool environment's snapshots and the ledger of fired consequential calls."""
+"""SQL for the built-in tool environment's snapshots and the ledger of fired consequential calls.
+
+A snapshot's state is sealed under a leaf of its own (settings_sealing.py); deleting snapshots returns their leaves,
+to shred with the forget that deleted them."""
 
 from __future__ import annotations
 
@@ -10,8 +13,11 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Checkpoint, EnvSnapshot, ToolExecution
+from app.db.models import AgentSession, Checkpoint, EnvSnapshot, ToolExecution
 from app.ids import new_id
+from app.sessions.repositories.artifacts import Retired
+from app.sessions.repositories.sealing import sealer_of
+from app.sessions.repositories.settings_sealing import open_state, seal_state
 from app.tool_calls import INITIAL_STATE, ToolCall
 
 
@@ -25,21 +31,30 @@ async def environment(
     row = (await db.execute(stmt.order_by(EnvSnapshot.turn.desc()).limit(1))).scalar_one_or_none()
     if row is None:
         return None, copy.deepcopy(INITIAL_STATE)
-    return row.id, copy.deepcopy(row.state)
+    state = await open_state(sealer_of(db), row.tenant_id, row.id, row.state, row.state_sealed)
+    # A shredded snapshot (a backup restored from before a forget deleted it) restores the initial environment.
+    return row.id, copy.deepcopy(INITIAL_STATE) if state is None else state
 
 
 async def save_environment(db: AsyncSession, session_id: str, turn: int, state: dict[str, Any]) -> str:
+    """The snapshot, sealed under a fresh leaf. A snapshot already at `turn` is replaced (a new id, a new leaf: the
+    binding names the id); transitions rewrite a turn only after `delete_environments_from`, which retires it."""
     snapshot_id = new_id("env")
+    tenant_id = (await db.execute(select(AgentSession.tenant_id).where(AgentSession.id == session_id))).scalar_one()
+    sealed = await seal_state(sealer_of(db), tenant_id, session_id, snapshot_id, state)
     await db.execute(
         insert(EnvSnapshot)
-        .values(id=snapshot_id, session_id=session_id, turn=turn, state=state)
-        .on_conflict_do_update(index_elements=["session_id", "turn"], set_={"state": state, "id": snapshot_id})
+        .values(id=snapshot_id, session_id=session_id, turn=turn, **sealed)
+        .on_conflict_do_update(index_elements=["session_id", "turn"], set_={**sealed, "id": snapshot_id})
     )
     return snapshot_id
 
 
-async def delete_environments_from(db: AsyncSession, session_id: str, turn: int) -> None:
-    await db.execute(delete(EnvSnapshot).where(EnvSnapshot.session_id == session_id, EnvSnapshot.turn >= turn))
+async def delete_environments_from(db: AsyncSession, session_id: str, turn: int) -> Retired:
+    """Delete the snapshots of transitions ≥ `turn`; their leaves, to shred once the caller committed."""
+    stmt = delete(EnvSnapshot).where(EnvSnapshot.session_id == session_id, EnvSnapshot.turn >= turn)
+    leaves = (await db.execute(stmt.returning(EnvSnapshot.leaf))).scalars().all()
+    return Retired([leaf for leaf in leaves if leaf is not None], sum(leaf is None for leaf in leaves))
 
 
 async def fired(db: AsyncSession, session_id: str) -> set[str]:
