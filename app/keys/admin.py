@@ -16,9 +16,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from app.db import legacy as legacy_json
 from app.db import maintenance
 from app.db.database import Database
+from app.db.legacy import LegacyJson
 from app.db.statements import Sql
+from app.forget.repositories import legacy as jobs_legacy
 from app.forget.repositories.sealing import SEALED_COLUMNS as FORGET_JOBS
 from app.forget.shredding import Shredder
 from app.keys import tree, verify
@@ -30,9 +33,11 @@ from app.keys.sealed import SealedColumn
 from app.keys.verify import OUTCOMES, VerifyReport
 from app.memory.repositories import legacy as memory_legacy
 from app.memory.repositories.sealing import SEALED_COLUMNS as MEMORY
+from app.openai_compat.repository import LEGACY as OPENAI_LEGACY
 from app.openai_compat.repository import SEALED_COLUMNS as OPENAI_OBJECTS
 from app.sessions.repositories import legacy as artifacts_legacy
 from app.sessions.repositories.sealing import SEALED_COLUMNS as ARTIFACTS
+from app.sessions.repositories.settings_sealing import LEGACY as SETTINGS_LEGACY
 from app.sessions.repositories.settings_sealing import SEALED_COLUMNS as SESSION_SETTINGS
 from app.tenants import repository as tenants_repo
 from app.threads.repositories import legacy as threads_legacy
@@ -55,11 +60,31 @@ class Legacy:
     tables: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class _JsonPage:
+    sealed: int
+    after: str | None
+
+
+def _json(table: LegacyJson) -> Legacy:
+    """A domain's id-keyed JSON content (app/db/legacy.py) as one more `Legacy` to walk."""
+
+    async def seal_page(sql: Sql, sealer: Sealer, after: Any, limit: int) -> _JsonPage:
+        return _JsonPage(*await legacy_json.seal_page(sql, sealer, table, after, limit))
+
+    async def left(sql: Sql) -> int:
+        return await legacy_json.left(sql, table)
+
+    return Legacy(table.table, "", seal_page, left, (table.table,))
+
+
 LEGACY: tuple[Legacy, ...] = (
     Legacy("memory", memory_legacy.FIRST, memory_legacy.seal_page, memory_legacy.left, memory_legacy.TABLES),
     Legacy("artifacts", artifacts_legacy.FIRST, artifacts_legacy.seal_page, artifacts_legacy.left,
            artifacts_legacy.TABLES),
     Legacy("threads", threads_legacy.FIRST, threads_legacy.seal_page, threads_legacy.left, threads_legacy.TABLES),
+    *(_json(table) for table in (*SETTINGS_LEGACY, *OPENAI_LEGACY)),
+    Legacy("forget_jobs", jobs_legacy.FIRST, jobs_legacy.seal_page, jobs_legacy.left, jobs_legacy.TABLES),
 )
 Vacuum = Literal["plain", "full", "none"]
 

@@ -15,6 +15,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.db.legacy import LegacyJson
 from app.db.models import Artifact
 from app.db.openai_models import OpenAIChatHead, OpenAIConversation, OpenAIResponse
 from app.db.statements import Row
@@ -42,6 +43,16 @@ def _verified(table: str, clear: str, sealed: str) -> SealedColumn:
 
 
 SEALED_COLUMNS = tuple(_verified(model.__tablename__, clear, sealed) for model, (clear, sealed) in _SEALED.items())
+
+
+def _legacy(table: str, clear: str, sealed: str) -> LegacyJson:
+    return LegacyJson(table, (clear,), sealed, document=lambda row: dict(row[clear] or {}),
+                      binding=lambda tenant_id, row: Binding(tenant_id, table, row["id"], clear),
+                      stream=lambda row: row["session_id"])
+
+
+# Rows from before migration 0021, for `lethe keys seal` (app/db/legacy.py).
+LEGACY = tuple(_legacy(model.__tablename__, clear, sealed) for model, (clear, sealed) in _SEALED.items())
 
 
 async def _seal(db: AsyncSession, row: Any, value: dict[str, Any], *, leaf: int | None = None) -> dict[str, Any]:

@@ -20,9 +20,9 @@ import httpx
 from typer.testing import CliRunner, Result
 
 from app.cli import cli
-from tests.forget.forget_helpers import artifacts, run_script, user
+from tests.forget.forget_helpers import artifacts, forget, run_script, user
 from tests.memory.memory_helpers import create, write
-from tests.support import HeldLock, files_holding, sql, stored_artifacts
+from tests.support import HeldLock, files_holding, sql, stored_artifacts, stored_environments
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
 
@@ -83,7 +83,7 @@ def test_seal_turns_an_upgraded_databases_plaintext_into_ciphertext_that_reads_t
 
     result, done = _seal(database_url, "--batch", "2", "--vacuum", "full")  # pages of 2: cursors across pages
     assert result.exit_code == 0, result.stdout + result.stderr
-    assert done["left"] == {"memory": 0, "artifacts": 0, "threads": 0} and done["sealed"]["memory"] >= 4
+    assert not any(done["left"].values()) and done["sealed"]["memory"] >= 4
     assert done["sealed"]["artifacts"] >= len(before) and done["vacuum"] == "full"
     assert _clear_rows(database_url, tenant_id, ns, session_id) == 0
 
@@ -175,3 +175,44 @@ def test_bad_options_are_refused_before_anything_runs(database_url: str) -> None
     result = CliRunner().invoke(cli, ["keys", "seal", "--vacuum", "sometimes"], env=env)
     assert result.exit_code == 2 and "plain, full or none" in result.output
     assert CliRunner().invoke(cli, ["keys", "seal", "--batch", "0"], env=env).exit_code == 2
+
+
+def test_seal_takes_session_settings_conversations_sources_and_ended_jobs_reasons_from_before_0019_and_0021(
+    client: httpx.Client, database_url: str, data_dir: Path
+) -> None:
+    marker = f"gnu{uuid.uuid4().hex[:10]}"
+    r = client.post("/v1/sessions", json={"system_prompt": f"Prompt {marker}.", "sampling": FAST})
+    assert r.status_code == 201, r.text
+    session_id = r.json()["id"]
+    turn = client.post(f"/v1/sessions/{session_id}/turns", json={"inputs": [
+        {"type": "document", "content": "A page.", "source": f"https://{marker}.example"}], "generate": False})
+    assert turn.status_code == 200, turn.text
+    conv = client.post("/v1/conversations", json={"metadata": {"topic": marker}})
+    assert conv.status_code == 200, conv.text
+    job = forget(client, {"session_id": session_id, "text": "page"}, wait=True, reason=f"asked about {marker}")
+    # Each as the versions before 0019 and 0021 stored it: in the clear, no leaf.
+    sql(database_url, "UPDATE sessions SET system_prompt = $2, tools = '[]'::jsonb, settings_sealed = NULL, "
+        "leaf = NULL WHERE id = $1", session_id, f"Prompt {marker}.")
+    sql(database_url, "INSERT INTO env_snapshots (id, session_id, turn, state) VALUES ($1, $2, 0, $3::jsonb)",
+        f"env_{uuid.uuid4().hex[:26]}", session_id, json.dumps({"note": marker}))
+    sql(database_url, "UPDATE openai_conversations SET meta = $2::jsonb, meta_sealed = NULL, leaf = NULL "
+        "WHERE id = $1", conv.json()["id"], json.dumps({"topic": marker}))
+    sql(database_url, "UPDATE artifacts SET meta = meta || jsonb_build_object('source', $2::text), meta_sealed = NULL "
+        "WHERE session_id = $1 AND kind = 'document'", session_id, f"https://{marker}.example")
+    sql(database_url, "UPDATE forget_jobs SET reason = $2, reason_sealed = NULL, target_sealed = NULL, "
+        "receipt_sealed = NULL, leaf = NULL WHERE id = $1", job["id"], f"asked about {marker}")
+
+    result, done = _seal(database_url, "--vacuum", "full")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert not any(done["left"].values()), done
+    for table in ("sessions", "env_snapshots", "openai_conversations", "forget_jobs"):
+        assert done["sealed"][table] >= 1, (table, done)
+    assert client.get(f"/v1/sessions/{session_id}").json()["system_prompt"] == f"Prompt {marker}."
+    assert client.get(f"/v1/conversations/{conv.json()['id']}").json()["metadata"] == {"topic": marker}
+    [document] = [a for a in artifacts(client, session_id) if a["kind"] == "document"]
+    assert document["source"] == f"https://{marker}.example"
+    [state] = [e["state"] for e in stored_environments(database_url, session_id) if e["turn"] == 0]
+    assert state == {"note": marker}
+    assert client.get(f"/v1/forget/{job['id']}").json()["reason"] is None  # an ended job's reason is dropped
+    sql(database_url, "CHECKPOINT")
+    assert files_holding(data_dir / "pg" / "base", [marker.encode()])[marker.encode()] == []

@@ -1,4 +1,5 @@
-"""Sealing session content written before migration 0017: artifacts whose text, token ids and embedding are clear.
+"""Sealing session content written before migrations 0017 and 0021: artifacts whose text, token ids and embedding
+are clear, and documents' `source` labels.
 
 `lethe keys seal` (app/keys/admin.py) walks artifacts in id order, a batch per transaction, and seals each one as a
 new artifact is sealed (sealing.py): a fresh leaf of its session's stream, the three columns under it, the clear
@@ -13,13 +14,16 @@ from dataclasses import dataclass
 
 from app.db.statements import Sql, Statement
 from app.keys.content import Sealer
-from app.sessions.repositories.sealing import TABLE, seal_content, seal_vector
+from app.sessions.repositories.sealing import TABLE, seal_content, seal_meta, seal_vector
+
+# In the clear: everything of a row from before 0017, or a document's `source` label of one from before 0021.
+_CLEAR = """((leaf IS NULL AND (content IS NOT NULL OR token_ids IS NOT NULL OR embedding IS NOT NULL))
+             OR (meta_sealed IS NULL AND meta -> 'source' IS NOT NULL))"""
 
 _PAGE = Statement(
-    """
-    SELECT id, tenant_id, session_id, content, token_ids, embedding::real[] AS embedding FROM artifacts
-     WHERE id > :after AND leaf IS NULL
-       AND (content IS NOT NULL OR token_ids IS NOT NULL OR embedding IS NOT NULL)
+    f"""
+    SELECT id, tenant_id, session_id, leaf, content, token_ids, embedding::real[] AS embedding, meta FROM artifacts
+     WHERE id > :after AND {_CLEAR}
      ORDER BY id
      LIMIT :limit
        FOR UPDATE SKIP LOCKED
@@ -30,17 +34,20 @@ _SEAL = Statement(
     """
     UPDATE artifacts
        SET leaf = :leaf, content = NULL, content_sealed = :content_sealed, token_ids = NULL,
-           token_ids_sealed = :token_ids_sealed, embedding = NULL, embedding_sealed = :embedding_sealed
+           token_ids_sealed = :token_ids_sealed, embedding = NULL, embedding_sealed = :embedding_sealed,
+           meta = :meta, meta_sealed = :meta_sealed
      WHERE id = :id AND leaf IS NULL
-    """
+    """,
+    json=("meta",),
 )
 
-_LEFT = Statement(
-    """
-    SELECT count(*) AS rows FROM artifacts
-     WHERE leaf IS NULL AND (content IS NOT NULL OR token_ids IS NOT NULL OR embedding IS NOT NULL)
-    """
+# A row sealed by 0017's code whose `source` label 0021 seals: under the artifact's own leaf.
+_SEAL_META = Statement(
+    "UPDATE artifacts SET meta = :meta, meta_sealed = :meta_sealed WHERE id = :id AND meta_sealed IS NULL",
+    json=("meta",),
 )
+
+_LEFT = Statement(f"SELECT count(*) AS rows FROM artifacts WHERE {_CLEAR}")
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,18 @@ async def seal_page(sql: Sql, sealer: Sealer, after: str, limit: int) -> Page:
     sealed = 0
     for row in rows:
         tenant_id, artifact_id = row["tenant_id"], row["id"]
+        if row["leaf"] is not None:
+            meta = await seal_meta(sealer, row["leaf"], tenant_id, artifact_id, row["meta"])
+            sealed += await sql.rowcount(_SEAL_META, {"id": artifact_id, **meta})
+            continue
         leaf = await sealer.leaf(tenant_id, row["session_id"])
         columns = await seal_content(sealer, leaf, tenant_id, artifact_id, row["content"] or "", row["token_ids"] or [])
         columns.update(await seal_vector(sealer, leaf, tenant_id, artifact_id, row["embedding"]))
+        columns.update(await seal_meta(sealer, leaf, tenant_id, artifact_id, row["meta"]))
         sealed += await sql.rowcount(_SEAL, {
             "id": artifact_id, "leaf": leaf, "content_sealed": columns["content_sealed"],
             "token_ids_sealed": columns["token_ids_sealed"], "embedding_sealed": columns["embedding_sealed"],
+            "meta": columns["meta"], "meta_sealed": columns["meta_sealed"],
         })
     return Page(sealed, rows[-1]["id"])
 

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.db.legacy import LegacyJson
 from app.db.models import AgentSession
 from app.keys.content import Sealer
 from app.keys.envelope import Binding
@@ -109,3 +110,16 @@ async def seal_environment_rows(sealer: Sealer, tenant_id: str, rows: Sequence[d
         sealed = await seal_state(sealer, tenant_id, row["session_id"], row["id"], row["state"])
         out.append({**row, **sealed})
     return out
+
+
+# Rows from before migration 0021, for `lethe keys seal` (app/db/legacy.py): settings and environments in the clear.
+LEGACY = (
+    LegacyJson(SESSIONS, ("system_prompt", "tools"), "settings_sealed",
+               document=lambda row: {"system_prompt": row["system_prompt"], "tools": list(row["tools"] or [])},
+               binding=lambda tenant_id, row: settings_binding(tenant_id, row["id"]),
+               stream=lambda row: row["id"], session="t.id"),
+    LegacyJson(ENVIRONMENTS, ("state",), "state_sealed", document=lambda row: row["state"],
+               binding=lambda tenant_id, row: state_binding(tenant_id, row["id"]),
+               stream=lambda row: row["session_id"], source="JOIN sessions s ON s.id = t.session_id",
+               tenant="s.tenant_id", sets_tenant=True),
+)
