@@ -29,6 +29,7 @@ from app.openai_compat.service import CompatService
 from app.policies import build_policies
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.subjects.erasure import SubjectErasure
 from app.subjects.service import SubjectService
 from app.tenants.service import TenantService
 from app.threads.service import ThreadService
@@ -65,6 +66,7 @@ class Services:
     chat: ChatService
     threads: ThreadService
     subjects: SubjectService
+    subject_erasure: SubjectErasure
 
 
 @dataclass
@@ -128,6 +130,7 @@ class Container:
             chat=ChatService(self.db, self.engine, sessions, forget),
             threads=ThreadService(self.db, sealer, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
             subjects=SubjectService(self.db, sealer),
+            subject_erasure=SubjectErasure(self.db, sealer, sessions, memory, self.shredder, horizon_s=horizon_s),
         )
 
     def forget_worker(self) -> ForgetWorker:

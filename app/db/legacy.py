@@ -12,11 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.db.statements import Row, Sql, Statement
-from app.keys.content import Sealer
-from app.keys.envelope import Binding
+
+
+class Sealer(Protocol):
+    """What this needs of app/keys/content.py's `Sealer` (app/db sits below app/keys: it names no key type)."""
+
+    async def leaf(self, tenant: str, stream: Hashable) -> int: ...
+
+    async def seal_json(self, leaf: int, binding: Any, value: Any) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,7 @@ class LegacyJson:
     clear: tuple[str, ...]  # the clear columns, all set to `emptied` once sealed
     sealed: str  # the ciphertext column
     document: Callable[[Row], Any]  # what is sealed, from the row
-    binding: Callable[[str, Row], Binding]  # (tenant, row) → where the ciphertext is bound
+    binding: Callable[[str, Row], Any]  # (tenant, row) → the `Binding` the ciphertext is bound to
     stream: Callable[[Row], Hashable]  # the leaf stream (the row's session: its leaves are neighbours)
     # How to find the tenant and session of a row (a join where the table has no tenant column of its own).
     source: str = ""

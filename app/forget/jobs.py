@@ -14,6 +14,7 @@ from app.forget.receipts import (
     PendingInput,
     SessionEntry,
     SideEffect,
+    SubjectEntry,
 )
 
 DEFAULT_STRATEGY: Final = "selective_replay"
@@ -84,6 +85,7 @@ class JobView:
     committed_side_effects: list[SideEffect] = field(default_factory=list)
     pending: PendingInput | None = None
     derived_memory: list[DerivedMemory] = field(default_factory=list)
+    subject: SubjectEntry | None = None
     duration_ms: int | None = None
     erasure: Erasure | None = None
     error: str | None = None
@@ -111,6 +113,7 @@ def view_of(job: ForgetJob) -> JobView:
         committed_side_effects=receipt.committed_side_effects,
         pending=receipt.pending,
         derived_memory=receipt.derived_memory,
+        subject=receipt.subject,
         duration_ms=receipt.duration_ms,
         erasure=erasure_of(job, receipt),
         error=job.error,

@@ -91,6 +91,18 @@ class DerivedMemory(TypedDict):
     forget_id: str | None
 
 
+class SubjectEntry(BaseModel):
+    """A data subject's erasure (app/subjects/): what it erased, by id and count, and the jobs that did it (each
+    session's deletion and each memory key's tombstone records its own shred; this job's covers all of them)."""
+
+    subject_id: str
+    sessions: list[str] = Field(default_factory=list)  # erased whole
+    conversations: list[str] = Field(default_factory=list)  # their sessions are among `sessions`
+    namespaces: list[str] = Field(default_factory=list)
+    memory_keys: int = 0  # tombstoned
+    jobs: list[str] = Field(default_factory=list)
+
+
 class JobReceipt(BaseModel):
     """A job's receipt as stored while it runs and once it ended."""
 
@@ -101,6 +113,7 @@ class JobReceipt(BaseModel):
     suppressed_side_effects: list[SideEffect] = Field(default_factory=list)
     committed_side_effects: list[SideEffect] = Field(default_factory=list)
     derived_memory: list[DerivedMemory] = Field(default_factory=list)
+    subject: SubjectEntry | None = None  # a data subject's erasure
     pending: PendingInput | None = None  # the call a needs_input job waits on
     # The client's answers to calls a replay made anew (tool call id → result), until the job ends; stored as
     # `inputs`, the key jobs have always stored them under.

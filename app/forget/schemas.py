@@ -202,6 +202,16 @@ class ErasureReceipt(BaseModel):
     )
 
 
+class SubjectReceipt(BaseModel):
+    subject_id: str
+    sessions: list[str] = Field(description="Sessions erased whole (a conversation's among them)")
+    conversations: list[str]
+    namespaces: list[str]
+    memory_keys: int = Field(description="Memory keys tombstoned (each with its own cascade job)")
+    jobs: list[str] = Field(description="The jobs that did it: each session deletion's and each key's, with their "
+                                        "own shreds (this job's `erasure` covers every leaf of them)")
+
+
 class PendingCall(BaseModel):
     session_id: str
     tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
@@ -234,6 +244,7 @@ class ForgetJobOut(BaseModel):
         description="Memory records a session wrote back from what the job forgot, tombstoned with it "
         "(`namespace`, `key`, `tombstone_version`, `forget_id` of their own cascade)",
     )
+    subject: SubjectReceipt | None = Field(default=None, description="A data subject's erasure: what it erased")
     duration_ms: int | None = None
     erasure: ErasureReceipt | None = Field(
         default=None,

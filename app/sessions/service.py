@@ -37,7 +37,7 @@ from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import leases as leases_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories.artifacts import Retired
-from app.sessions.views import ArtifactView, SessionConfig, SessionView, TurnResult, parse_calls_json
+from app.sessions.views import ArtifactView, Deleted, SessionConfig, SessionView, TurnResult, parse_calls_json
 from app.subjects import repository as subjects_repo
 from app.tool_calls import ToolCall
 
@@ -170,10 +170,11 @@ class SessionService:
         positions = [pagination.Position(r.created_at, r.id) for r in rows]
         return views, pagination.next_cursor(positions, limit)
 
-    async def delete(self, tenant_id: str, session_id: str) -> None:
+    async def delete(self, tenant_id: str, session_id: str) -> Deleted:
         """Purge the session and shred every leaf its content was sealed under (docs/erasure-at-rest.md): the leaves
         are recorded on a finished forget job (strategy `session_delete`) in the deleting transaction, so a shred
-        the key provider refuses now stays pending and the forget worker's sweep retries it."""
+        the key provider refuses now stays pending and the forget worker's sweep retries it. Returns that job and
+        what it erased (a subject's erasure collects them)."""
         # Under the session's lease: it waits out a turn in flight rather than racing it.
         async with self.locks.leased(tenant_id, session_id, "running") as lease, lease.commit() as (tx, _):
             erased = await sessions_repo.delete_session(tx, tenant_id, session_id)
@@ -183,6 +184,7 @@ class SessionService:
         handle = await self.handles.drop(session_route(tenant_id, session_id))
         if handle is not None and self.slot.ready:
             await self.slot.engine.release(handle)
+        return Deleted(shred, erased or Retired())
 
     async def _record_shred(self, tx: AsyncSession, tenant_id: str, session_id: str, erased: Retired | None
                             ) -> str | None:

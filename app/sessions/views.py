@@ -9,6 +9,7 @@ from typing import Any
 from app.db.models import AgentSession, Artifact
 from app.errors import Conflict
 from app.runtime.engine_calls import Usage
+from app.sessions.repositories.artifacts import Retired
 from app.tool_calls import ToolCall
 
 
@@ -64,3 +65,12 @@ def parse_calls_json(content: str) -> list[ToolCall]:
         return [ToolCall(str(body["id"]), str(body["name"]), dict(body.get("arguments") or {}))]
     except (ValueError, KeyError, TypeError):
         return []
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A session deletion: the finished forget job recording its shred (None: it erased nothing sealed) and what
+    it erased."""
+
+    forget_id: str | None
+    erased: Retired

@@ -7,8 +7,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response
 from fastapi.responses import StreamingResponse
 
+from app.forget.schemas import ForgetJobOut, job_out
 from app.ids import SUBJECT_ID_PATTERN
-from app.subjects.schemas import SubjectOut, SubjectPut
+from app.subjects.erasure import SubjectErasure
+from app.subjects.schemas import SubjectErase, SubjectErasePlan, SubjectOut, SubjectPut
 from app.subjects.service import SubjectService
 from app.web.consistency import ReadFromDep
 from app.web.deps import ContainerDep, PrincipalDep
@@ -28,6 +30,13 @@ async def get_subjects(container: ContainerDep) -> SubjectService:
 
 
 SubjectsDep = Annotated[SubjectService, Depends(get_subjects)]
+
+
+async def get_erasure(container: ContainerDep) -> SubjectErasure:
+    return container.services.subject_erasure
+
+
+ErasureDep = Annotated[SubjectErasure, Depends(get_erasure)]
 
 
 @router.put(
@@ -66,3 +75,19 @@ async def export_subject(subject_id: SubjectId, principal: PrincipalDep, subject
     document = await subjects.export(principal.tenant_id, subject_id)
     return StreamingResponse(document, media_type="application/json",
                              headers={"Content-Disposition": 'attachment; filename="subject-export.json"'})
+
+
+@router.post(
+    "/{subject_id}/erase", response_model=ForgetJobOut | SubjectErasePlan,
+    summary="Erase everything a subject owns (their sessions whole, their namespaces' keys), with one receipt",
+    responses={200: {"description": "The erasure's forget job, finished, with its `subject` receipt and `erasure`; "
+                                    "with `dry_run`, the plan"}, **NOT_FOUND},
+)
+async def erase_subject(
+    subject_id: SubjectId, body: SubjectErase, principal: PrincipalDep, erasure: ErasureDep
+) -> ForgetJobOut | SubjectErasePlan:
+    if body.dry_run:
+        plan = await erasure.plan(principal.tenant_id, subject_id)
+        return SubjectErasePlan(subject_id=plan.subject_id, sessions=plan.sessions, conversations=plan.conversations,
+                                namespaces=plan.namespaces, memory_keys=sum(map(len, plan.memory_keys.values())))
+    return job_out(await erasure.erase(principal.tenant_id, subject_id))

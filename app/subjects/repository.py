@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, func, literal_column, select, text
+from sqlalchemy import Boolean, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -110,3 +110,23 @@ async def memory_after(
         if not opened.erased:
             held.append(HeldValue(row["key"], row["version"], opened.value, row["updated_at"]))
     return held, (rows[-1]["key"] if len(rows) == limit else None)
+
+
+async def live_keys_after(db: AsyncSession, tenant_id: str, namespace: str, after: str, limit: int) -> list[str]:
+    """A page of the namespace's keys that are not tombstones, after `after`, in key order."""
+    stmt = (
+        select(MemoryRecord.key)
+        .where(MemoryRecord.tenant_id == tenant_id, MemoryRecord.namespace == namespace, MemoryRecord.key > after,
+               MemoryRecord.forgotten.is_(False))
+        .order_by(MemoryRecord.key)
+        .limit(limit)
+    )
+    return list((await db.execute(stmt)).scalars())
+
+
+async def mark_erased(db: AsyncSession, tenant_id: str, subject_id: str, forget_id: str) -> None:
+    """The subject keeps only its id, when it was erased and by which job."""
+    await db.execute(
+        update(Subject).where(Subject.tenant_id == tenant_id, Subject.id == subject_id)
+        .values(erased_at=func.now(), erase_forget_id=forget_id, updated_at=func.now())
+    )

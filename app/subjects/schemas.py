@@ -31,3 +31,20 @@ class SubjectOut(BaseModel):
     created_at: datetime
     erased_at: datetime | None = None
     erase_forget_id: str | None = None
+
+
+class SubjectErase(RequestModel):
+    dry_run: bool = Field(default=False, description="Answer what would be erased; change nothing")
+    reason: str | None = Field(
+        default=None, max_length=1000,
+        description="Why (accepted, not kept: a reason can name what is erased; the receipt carries ids and counts)",
+    )
+
+
+class SubjectErasePlan(BaseModel):
+    subject_id: str
+    dry_run: bool = True
+    sessions: list[str] = Field(description="Sessions that would be erased whole (a conversation's among them)")
+    conversations: list[str]
+    namespaces: list[str]
+    memory_keys: int = Field(description="Live memory keys that would be tombstoned, each with its cascade")

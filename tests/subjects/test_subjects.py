@@ -125,3 +125,82 @@ def test_bad_input_answers_422_or_400_and_makes_nothing(client: httpx.Client) ->
     problem(client.post("/v1/sessions", json={"subject_id": "has space"}), 422)
     conv = client.post("/v1/conversations", json={"metadata": {"lethe_subject_id": "has space"}})
     assert conv.status_code == 400 and conv.json()["error"]["param"] == "metadata.lethe_subject_id", conv.text
+
+
+def test_erasing_a_subject_erases_what_they_own_with_one_receipt_and_nothing_else(client: httpx.Client) -> None:
+    carol, dave = _subject(), _subject()
+    ns, other_ns = "subj-" + uuid.uuid4().hex[:8], "subj-" + uuid.uuid4().hex[:8]
+    first, _ = run_script(client, [[user("Carol's code is KX-4411.")]], FAST, subject_id=carol)
+    daves, _ = run_script(client, [[user("Dave's code is DV-2020.")]], FAST, subject_id=dave)
+    conv = client.post("/v1/conversations", json={"metadata": {"lethe_subject_id": carol},
+                                                  "items": [{"role": "user", "content": "Carol lives in York."}]})
+    assert conv.status_code == 200, conv.text
+    for key in ("a", "b"):
+        _put_memory(client, ns, key, {"carol": key})
+    _put_memory(client, other_ns, "a", {"dave": "a"})
+    assert client.put(f"/v1/subjects/{carol}", json={"memory_namespaces": [ns]}).status_code == 200
+    assert client.put(f"/v1/subjects/{dave}", json={"memory_namespaces": [other_ns]}).status_code == 200
+
+    planned = client.post(f"/v1/subjects/{carol}/erase", json={"dry_run": True})
+    assert planned.status_code == 200, planned.text
+    plan = planned.json()
+    assert plan["dry_run"] is True and set(plan["sessions"]) == {first, conv.json()["lethe_session_id"]}
+    assert plan["conversations"] == [conv.json()["id"]] and plan["memory_keys"] == 2
+    assert client.get(f"/v1/sessions/{first}").status_code == 200  # a plan changes nothing
+
+    erased = client.post(f"/v1/subjects/{carol}/erase", json={"reason": "Art. 17 request"})
+    assert erased.status_code == 200, erased.text
+    job = erased.json()
+    assert job["strategy"] == "subject_erase" and job["status"] == "succeeded"
+    assert set(job["subject"]["sessions"]) == set(plan["sessions"]) and job["subject"]["memory_keys"] == 2
+    assert job["erasure"]["at_rest"] == "complete", job  # every leaf of all of it destroyed
+    assert "Art. 17" not in erased.text  # the reason is not kept
+    for listed in job["subject"]["jobs"]:
+        assert client.get(f"/v1/forget/{listed}").json()["status"] == "succeeded"
+
+    problem(client.get(f"/v1/sessions/{first}"), 404)
+    assert client.get(f"/v1/conversations/{conv.json()['id']}").status_code == 404
+    for key in ("a", "b"):
+        gone = client.get(f"/v1/memory/{ns}/{key}")
+        assert gone.status_code == 404 and gone.json()["forgotten"] is True
+    subject = client.get(f"/v1/subjects/{carol}").json()
+    assert subject["erased_at"] is not None and subject["erase_forget_id"] == job["id"] and subject["sessions"] == 0
+    exported = _export(client, carol)
+    assert exported["sessions"] == [] and exported["memory"] == []
+    assert "KX-4411" not in json.dumps(exported) and "York" not in json.dumps(exported)
+    # Dave is untouched.
+    assert client.get(f"/v1/sessions/{daves}").status_code == 200
+    assert client.get(f"/v1/memory/{other_ns}/a").json()["value"] == {"dave": "a"}
+    assert "DV-2020" in json.dumps(_export(client, dave))
+
+
+def test_two_erasures_at_once_erase_once_and_both_answer(client: httpx.Client) -> None:
+    subject = _subject()
+    run_script(client, [[user("Erin was here.")]], FAST, subject_id=subject)
+    barrier, answers = threading.Barrier(2), []
+
+    def erase() -> None:
+        with httpx.Client(base_url=str(client.base_url), headers=dict(client.headers), timeout=120) as own:
+            barrier.wait()
+            answers.append(own.post(f"/v1/subjects/{subject}/erase", json={}))
+
+    threads = [threading.Thread(target=erase) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    erased = [s for a in answers for s in a.json()["subject"]["sessions"]]
+    assert len(erased) == 1  # one of them found the session, the other found it gone
+    assert client.get(f"/v1/subjects/{subject}").json()["sessions"] == 0
+
+
+def test_erase_refuses_bad_input_and_unknown_subjects(client: httpx.Client, other_tenant: httpx.Client) -> None:
+    subject = _subject()
+    assert client.put(f"/v1/subjects/{subject}", json={"memory_namespaces": []}).status_code == 201
+    problem(other_tenant.post(f"/v1/subjects/{subject}/erase", json={}), 404)
+    problem(client.post(f"/v1/subjects/{_subject()}/erase", json={}), 404)
+    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": ["x"]}}), 422)  # not built yet
+    problem(client.post(f"/v1/subjects/{subject}/erase", json={"reason": "x" * 1001}), 422)
+    problem(client.post("/v1/subjects/has space/erase", json={}), 422)
+    assert client.get(f"/v1/subjects/{subject}").json()["erased_at"] is None

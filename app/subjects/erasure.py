@@ -1,0 +1,123 @@
+"""A data subject's erasure (GDPR Art. 17): everything the person owns, erased through the machinery every forget
+uses, with one receipt.
+
+Each of their sessions is deleted whole (`SessionService.delete`: the session, its artifacts, checkpoints,
+environments and conversation, every leaf shredded through its own finished job), and every live key of their
+namespaces is tombstoned (`MemoryService.forget`: the tombstone's ordering against writes, the cascade into the
+sessions a value was injected into, its leaf shredded). The erasure's own job, recorded finished, names all of it by
+id and count and records every leaf those erased, so its `erasure` says when all of it is unrecoverable at rest
+(shredding a leaf again is a no-op). The subject row keeps only its id, the time and that job's id.
+
+It runs in the request, one object at a time: a session or key the person gets while it runs is not in it (erase
+again). Not built yet: `also` (what they said inside other subjects' sessions), legal holds, retention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.db.database import Database
+from app.db.statements import InSession
+from app.errors import NotFound
+from app.forget.jobs import JobView, view_of
+from app.forget.receipts import JobReceipt, SubjectEntry
+from app.forget.repositories import jobs as jobs_repo
+from app.forget.shredding import Shredder
+from app.ids import new_id
+from app.keys.content import Sealer
+from app.memory.service import MemoryService
+from app.sessions.service import SessionService
+from app.subjects import repository as repo
+
+STRATEGY = "subject_erase"
+PAGE = 200
+
+
+@dataclass
+class Plan:
+    """What an erasure would erase now (a dry run answers it, and the erasure works through it)."""
+
+    subject_id: str
+    sessions: list[str] = field(default_factory=list)
+    conversations: list[str] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    memory_keys: dict[str, list[str]] = field(default_factory=dict)  # namespace → live keys
+
+
+class SubjectErasure:
+    def __init__(self, db: Database, sealer: Sealer, sessions: SessionService, memory: MemoryService,
+                 shredder: Shredder, *, horizon_s: int) -> None:
+        self.db = db
+        self.sealer = sealer
+        self.sessions = sessions
+        self.memory = memory
+        self.shredder = shredder
+        self.horizon_s = horizon_s
+
+    async def plan(self, tenant_id: str, subject_id: str) -> Plan:
+        async with self.db.transaction() as tx:
+            subject = await repo.get(tx, tenant_id, subject_id)
+        if subject is None:
+            raise NotFound(f"no subject {subject_id!r}")
+        plan = Plan(subject_id, namespaces=list(subject.memory_namespaces))
+        after = ""
+        while True:
+            async with self.db.transaction() as tx:
+                page = await repo.sessions_after(tx, tenant_id, subject_id, after, PAGE)
+            plan.sessions += [s.id for s in page]
+            plan.conversations += [s.conversation_id for s in page if s.conversation_id is not None]
+            if len(page) < PAGE:
+                break
+            after = page[-1].id
+        for namespace in plan.namespaces:
+            keys: list[str] = []
+            while True:
+                async with self.db.transaction() as tx:
+                    page_keys = await repo.live_keys_after(tx, tenant_id, namespace, keys[-1] if keys else "", PAGE)
+                keys += page_keys
+                if len(page_keys) < PAGE:
+                    break
+            plan.memory_keys[namespace] = keys
+        return plan
+
+    async def erase(self, tenant_id: str, subject_id: str) -> JobView:
+        plan = await self.plan(tenant_id, subject_id)
+        jobs: list[str] = []
+        leaves: list[int] = []
+        plaintext = False
+        erased_sessions: list[str] = []
+        for session_id in plan.sessions:
+            try:
+                deleted = await self.sessions.delete(tenant_id, session_id)
+            except NotFound:  # deleted meanwhile: nothing of it is left to erase
+                continue
+            erased_sessions.append(session_id)
+            leaves += deleted.erased.leaves
+            plaintext = plaintext or deleted.erased.plaintext > 0
+            jobs += [deleted.forget_id] if deleted.forget_id else []
+        tombstoned = 0
+        for namespace, keys in plan.memory_keys.items():
+            for key in keys:
+                outcome = await self.memory.forget(tenant_id, namespace, key, source="subject_erasure")
+                tombstoned += not outcome.already_forgotten
+                leaves += outcome.leaves
+                jobs += [outcome.forget_id] if outcome.forget_id else []
+        entry = SubjectEntry(subject_id=subject_id, sessions=erased_sessions, conversations=plan.conversations,
+                             namespaces=plan.namespaces, memory_keys=tombstoned, jobs=jobs)
+        shred = sorted(set(leaves))
+        # Nothing sealed erased (nothing owned, or only plaintext from before sealing): no promise at rest.
+        promised = bool(shred) and not plaintext
+        receipt = JobReceipt(subject=entry, duration_ms=0, erasure_horizon_s=self.horizon_s if promised else None)
+        job_id = new_id("fgt")
+        async with self.db.transaction() as tx:
+            await jobs_repo.queue(
+                InSession(tx), self.sealer, id=job_id, tenant_id=tenant_id, strategy=STRATEGY,
+                target={"subject_id": subject_id}, reason=None, receipt=receipt.stored(), finished=True,
+                shred_leaves=shred or None,
+            )
+            await repo.mark_erased(tx, tenant_id, subject_id, job_id)
+        await self.shredder.settle(tenant_id, job_id, shred)  # again for each: a no-op where it happened
+        async with self.db.transaction() as tx:
+            row = await jobs_repo.get(tx, tenant_id, job_id)
+        assert row is not None
+        return view_of(row)
