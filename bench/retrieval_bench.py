@@ -29,8 +29,13 @@ from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
 from app.db.migrate import upgrade_to_head_async
 from app.ids import new_id
+from app.keys.content import Sealer
+from app.keys.keyring import Keyring
+from app.keys.leaves import Leaves
+from app.keys.local import LocalProvider
 from app.runtime.retrieval import CONTEXT_KINDS
 from app.sessions.repositories import artifact_search as repo
+from app.tenants.service import TenantService
 
 DIMS = 384
 TOP_K = 5
@@ -46,14 +51,23 @@ def literal(v: list[float]) -> str:
     return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
 
 
-async def load(conn: asyncpg.Connection, tenant_id: str, n: int, rng: random.Random) -> str:
+async def new_session(conn: asyncpg.Connection, tenant_id: str, n: int) -> str:
+    """A retrieval session row of `n` turns, with no artifacts yet."""
     session_id = new_id("ses")
     await conn.execute("INSERT INTO sessions (id, tenant_id, epoch, status, context_policy, checkpoint_policy, "
                        "retrieval, tools, sampling, turns, token_count) VALUES ($1, $2, 0, 'idle', 'retrieval', "
                        "'every_turn', '{}', '[]', '{}', $3, $4)", session_id, tenant_id, n, n)
+    return session_id
+
+
+async def load(conn: asyncpg.Connection, tenant_id: str, n: int, rng: random.Random,
+               vectors: list[str] | None = None) -> str:
+    """A session of `n` user messages in the clear (as before sealing): random unit vectors, or `vectors` (pgvector
+    literals) in log order."""
+    session_id = await new_session(conn, tenant_id, n)
     rows: list[tuple[Any, ...]] = [
         (new_id("art"), tenant_id, session_id, i, "user", i + 1, "m", i, i + 1, [1], [], False, "{}",
-         literal(unit(rng)))
+         vectors[i] if vectors is not None else literal(unit(rng)))
         for i in range(n)
     ]
     await conn.executemany(
@@ -99,6 +113,10 @@ async def main(sizes: list[int], others: int, repeats: int, url: str | None) -> 
     await upgrade_to_head_async(url)
     conn = await asyncpg.connect(url)
     db = Database(url, pool_size=2)
+    # The runtime's query takes the process's Sealer from the unit of work; these rows are in the clear (no leaf), so
+    # it opens nothing, but one must be bound (bench/sealing_retrieval.py compares with sealed rows).
+    keys = Path(tempfile.mkdtemp(prefix="lethe-retrievalbench-keys-"))
+    db.seal_with(Sealer(Keyring(LocalProvider(keys)), Leaves(TenantService(db).reserve_leaves)))
     tenant_id = new_id("ten")
     await conn.execute("INSERT INTO tenants (id, name) VALUES ($1, $2)", tenant_id, "bench-" + tenant_id)
     try:
