@@ -252,6 +252,40 @@ def sealer_of(server: Any, db: Any) -> Any:
     return Sealer(build_keyring(server.app.state.container.settings), Leaves(TenantService(db).reserve_leaves))
 
 
+def fresh_keyring(server: Any) -> Any:
+    """A `Keyring` over the live server's key store with nothing cached: what a fresh process derives."""
+    from app.keys.factory import build_keyring
+
+    return build_keyring(server.app.state.container.settings)
+
+
+def derives(keyring: Any, tenant_id: str, leaf: int) -> bool:
+    """Whether `leaf` still derives a key (False: a shred punctured it)."""
+    from app.keys.errors import Erased
+
+    try:
+        asyncio.run(keyring.cipher(tenant_id, leaf))
+    except Erased:
+        return False
+    return True
+
+
+def sweep_shreds(database_url: str, server: Any) -> None:
+    """One sweep of pending shreds, as the forget worker runs it (the server's own may have run it first: a shred is
+    idempotent)."""
+    from app.db.database import Database
+    from app.forget.shredding import Shredder
+
+    async def sweep() -> None:
+        db = Database(database_url, pool_size=1)
+        try:
+            await Shredder(db, sealer_of(server, db)).sweep()
+        finally:
+            await db.close()
+
+    asyncio.run(sweep())
+
+
 OverrideService = Callable[..., None]
 """The `override_service` fixture (tests/conftest.py): `override_service(dependency, service, **settings)`."""
 

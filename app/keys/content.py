@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
 from app.keys.envelope import Binding
-from app.keys.errors import Erased
+from app.keys.errors import Erased, Unavailable
 from app.keys.keyring import Keyring
 from app.keys.leaves import Leaves
 
@@ -49,6 +49,10 @@ class Sealer:
             except Erased:
                 log.info("leaf skipped: punctured (a database restored from a backup)", extra={"leaf": leaf})
                 continue
+            except Unavailable:
+                # The key provider is down: a seal under this leaf answers 503 itself, and a leaf drawn only to
+                # mark a unit (a forget job that stores no content) needs no key. A forget never waits for keys.
+                pass
             return leaf
 
     async def seal_json(self, leaf: int, binding: Binding, value: Any) -> bytes:

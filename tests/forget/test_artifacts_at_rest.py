@@ -19,17 +19,12 @@ import numpy as np
 import pytest
 
 from app.keys.errors import Erased
-from app.keys.factory import build_keyring
 from app.keys.keyring import Keyring
 from app.sessions.repositories.sealing import binding
 from tests.forget.forget_helpers import artifacts, forget, run_script, user
-from tests.support import files_holding, sql, stored_artifacts
+from tests.support import files_holding, fresh_keyring, sql, stored_artifacts
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
-
-
-def _fresh_keyring(live_server: Any) -> Keyring:
-    return build_keyring(live_server.app.state.container.settings)
 
 
 def _opens(keyring: Keyring, row: dict[str, Any]) -> bool:
@@ -74,7 +69,7 @@ def test_a_forget_shreds_what_it_erased_and_survivors_keep_their_leaves(
     erased = set(before) - survivors
     assert ids[0][0] in survivors and ids[1][0] in erased  # turns before τ kept as they were
     assert shredded == {before[i]["leaf"] for i in erased}
-    keyring = _fresh_keyring(live_server)
+    keyring = fresh_keyring(live_server)
     assert [i for i in erased if _opens(keyring, before[i])] == []  # every copy of those bytes is noise now
     assert all(_opens(keyring, before[i]) for i in survivors)
     assert not set(shredded) & {r["leaf"] for r in after.values()}  # replayed rows got fresh leaves
@@ -88,7 +83,7 @@ def test_a_punctured_leaf_under_a_live_artifact_lists_as_erased(
     """What a database restored from a backup taken before a forget holds: live artifacts whose leaf is punctured."""
     session_id, ids = run_script(client, [[user("My dog is Rex.")], [user("Hello.")]], FAST)
     [row] = stored_artifacts(database_url, "WHERE id = $1", ids[0][0])
-    asyncio.run(_fresh_keyring(live_server).shred(row["tenant_id"], [row["leaf"]]))
+    asyncio.run(fresh_keyring(live_server).shred(row["tenant_id"], [row["leaf"]]))
     # What the shred's notification does in the server's process.
     live_server.app.state.container.sealer.forget_cached(row["tenant_id"], [row["leaf"]])
 
@@ -110,9 +105,9 @@ def test_tenants_artifacts_are_sealed_apart(
     # A ciphertext moved under the other tenant's name does not open there.
     moved = {**a, "tenant_id": b["tenant_id"]}
     with pytest.raises(Exception) as raised:
-        _opens(_fresh_keyring(live_server), moved)
+        _opens(fresh_keyring(live_server), moved)
     assert not isinstance(raised.value, AssertionError)
     job = forget(client, {"artifact_id": my_ids[0][0]}, wait=True)
     assert job["status"] == "succeeded" and job["erasure"]["at_rest"] == "complete"
-    assert _opens(_fresh_keyring(live_server), b)
+    assert _opens(fresh_keyring(live_server), b)
     assert any(x["content"] == "Theirs: red." for x in artifacts(other_tenant, theirs))

@@ -32,7 +32,7 @@ from tests.forget.forget_helpers import run_script, user, wait_job
 from tests.forget.test_forget_tools import copy
 from tests.forget.test_forget_tools import session as tool_session
 from tests.forget.test_webhook import headers
-from tests.support import BOOTSTRAP_KEY, files_holding, held_session, problem, sql
+from tests.support import BOOTSTRAP_KEY, files_holding, fresh_keyring, held_session, problem, sql
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
 
@@ -44,10 +44,6 @@ def _unique(prefix: str) -> str:
 def _row(database_url: str, job_id: str) -> dict[str, Any]:
     [row] = sql(database_url, "SELECT * FROM forget_jobs WHERE id = $1", job_id)
     return {**dict(row), "target": json.loads(row["target"])}
-
-
-def _keyring(live_server: Any) -> Keyring:
-    return build_keyring(live_server.app.state.container.settings)
 
 
 def _unseal(keyring: Keyring, tenant_id: str, job_id: str, column: str, ciphertext: bytes) -> bytes:
@@ -91,7 +87,7 @@ def test_a_live_job_holds_only_ciphertext_and_its_end_shreds_it(
         assert row["target"] == {"session_id": session_id, "text": None, "text_length": len(secret)}
         assert row["reason"] is None and row["leaf"] is not None
         assert row["target_sealed"] is not None and row["reason_sealed"] is not None
-        keyring = _keyring(live_server)
+        keyring = fresh_keyring(live_server)
         assert json.loads(_unseal(keyring, tenant_id, job["id"], "target", row["target_sealed"])) == {
             "session_id": session_id, "text": secret}
         assert _unseal(keyring, tenant_id, job["id"], "reason", row["reason_sealed"]) == why.encode()
@@ -126,7 +122,7 @@ def test_a_live_job_holds_only_ciphertext_and_its_end_shreds_it(
     ended = _row(database_url, job["id"])
     assert ended["target_sealed"] is None and ended["reason_sealed"] is None
     assert row["leaf"] in ended["shred_leaves"] and ended["shredded_at"] is not None
-    after = _keyring(live_server)  # every copy of the bytes it held while live (backups, WAL) is noise now
+    after = fresh_keyring(live_server)  # every copy of the bytes it held while live (backups, WAL) is noise now
     for column in ("target", "reason"):
         with pytest.raises(Erased):
             _unseal(after, tenant_id, job["id"], column, row[f"{column}_sealed"])
@@ -171,7 +167,7 @@ def test_a_detector_webhook_forget_is_sealed_too(
     assert done["status"] == "succeeded" and done["target_erased"] is True and done["reason"] is None
     assert row["leaf"] in _row(database_url, job_id)["shred_leaves"]
     with pytest.raises(Erased):
-        _unseal(_keyring(live_server), row["tenant_id"], job_id, "reason", row["reason_sealed"])
+        _unseal(fresh_keyring(live_server), row["tenant_id"], job_id, "reason", row["reason_sealed"])
     sql(database_url, "CHECKPOINT")
     found = files_holding(data_dir / "pg", [span.encode(), detector.encode()])
     assert found == {span.encode(): [], detector.encode(): []}
@@ -203,7 +199,7 @@ def test_a_job_waiting_on_its_client_keeps_the_call_and_the_answer_sealed(
     ended = _row(database_url, job["id"])
     assert ended["receipt_sealed"] is None and waiting["leaf"] in ended["shred_leaves"]
     with pytest.raises(Erased):
-        _unseal(_keyring(live_server), waiting["tenant_id"], job["id"], "receipt", waiting["receipt_sealed"])
+        _unseal(fresh_keyring(live_server), waiting["tenant_id"], job["id"], "receipt", waiting["receipt_sealed"])
     sql(database_url, "CHECKPOINT")
     assert files_holding(data_dir / "pg", [answer.encode()]) == {answer.encode(): []}
 

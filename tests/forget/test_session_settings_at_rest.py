@@ -21,29 +21,23 @@ from typing import Any
 import httpx
 import pytest
 
-from app.db.database import Database
-from app.forget.shredding import Shredder
-from app.keys.errors import Erased, Tampered
-from app.keys.factory import build_keyring
-from app.keys.keyring import Keyring
+from app.keys.errors import Tampered
 from app.sessions.endpoints import get_sessions
 from app.sessions.repositories.settings_sealing import settings_binding, state_binding
 from tests.forget.forget_helpers import forget, run_script, user
-from tests.support import OverrideService, files_holding, problem, rewired, sealer_of, sql, stored_environments
+from tests.support import (
+    OverrideService,
+    derives,
+    files_holding,
+    fresh_keyring,
+    problem,
+    rewired,
+    sql,
+    stored_environments,
+    sweep_shreds,
+)
 
 GREEDY = {"temperature": 0, "max_tokens": 48, "seed": 1}  # as tests/forget/test_forget_tools.py: it copies a call
-
-
-def _keyring(live_server: Any) -> Keyring:
-    return build_keyring(live_server.app.state.container.settings)
-
-
-def _derives(keyring: Keyring, tenant_id: str, leaf: int) -> bool:
-    try:
-        asyncio.run(keyring.cipher(tenant_id, leaf))
-    except Erased:
-        return False
-    return True
 
 
 def _copy_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
@@ -140,9 +134,9 @@ def test_deleting_a_session_shreds_every_leaf_of_it_and_no_other(
     [job] = sql(database_url, "SELECT * FROM forget_jobs WHERE strategy = 'session_delete' AND target->>'session_id' "
                               "= $1", doomed)
     assert set(job["shred_leaves"]) == set(everything) and job["shredded_at"] is not None  # settled before the 204
-    keyring = _keyring(live_server)
-    assert [leaf for leaf in everything if _derives(keyring, tenant_id, leaf)] == []
-    assert all(_derives(keyring, tenant_id, leaf) for found in survivors.values() for leaf in found)
+    keyring = fresh_keyring(live_server)
+    assert [leaf for leaf in everything if derives(keyring, tenant_id, leaf)] == []
+    assert all(derives(keyring, tenant_id, leaf) for found in survivors.values() for leaf in found)
     again = client.get(f"/v1/sessions/{kept}")
     assert again.status_code == 200 and again.json()["system_prompt"] == "You are a clerk. Use tools."
     receipt = client.get(f"/v1/forget/{job['id']}").json()
@@ -162,8 +156,8 @@ def test_a_forget_that_rewrites_the_system_prompt_shreds_its_old_leaf(
     [new] = _leaves(database_url, session_id)["sessions"]
     [recorded] = sql(database_url, "SELECT shred_leaves FROM forget_jobs WHERE id = $1", job["id"])
     assert new != old and old in recorded["shred_leaves"] and new not in recorded["shred_leaves"]
-    keyring = _keyring(live_server)
-    assert not _derives(keyring, tenant_id, old) and _derives(keyring, tenant_id, new)
+    keyring = fresh_keyring(live_server)
+    assert not derives(keyring, tenant_id, old) and derives(keyring, tenant_id, new)
     shown = client.get(f"/v1/sessions/{session_id}").json()["system_prompt"]
     assert shown.startswith("You are helpful.") and secret not in shown
 
@@ -207,7 +201,7 @@ def test_a_ciphertext_moved_to_another_row_does_not_open(
     tenant_id = _tenant(database_url, a)
     [row] = sql(database_url, "SELECT settings_sealed FROM sessions WHERE id = $1", a)
     [env_a], [env_b] = stored_environments(database_url, a), stored_environments(database_url, b)
-    keyring = _keyring(live_server)
+    keyring = fresh_keyring(live_server)
     opened = json.loads(asyncio.run(keyring.unseal(settings_binding(tenant_id, a), row["settings_sealed"])))
     assert opened["system_prompt"] == "You are a clerk. Use tools."
     with pytest.raises(Tampered):  # under session b's name: it does not authenticate, and never reads as erased
@@ -266,14 +260,7 @@ def test_a_deletion_whose_shred_the_provider_refused_stays_pending_until_a_retry
                               "target->>'session_id' = $1", session_id)
     assert set(job["shred_leaves"]) == set(everything)
 
-    async def retry() -> None:  # the forget worker's sweep (the server's own may have run it first: idempotent)
-        db = Database(database_url, pool_size=1)
-        try:
-            await Shredder(db, sealer_of(live_server, db)).sweep()
-        finally:
-            await db.close()
-
-    asyncio.run(retry())
+    sweep_shreds(database_url, live_server)
     assert client.get(f"/v1/forget/{job['id']}").json()["erasure"]["at_rest"] == "complete"
-    keyring = _keyring(live_server)
-    assert [leaf for leaf in everything if _derives(keyring, tenant_id, leaf)] == []
+    keyring = fresh_keyring(live_server)
+    assert [leaf for leaf in everything if derives(keyring, tenant_id, leaf)] == []

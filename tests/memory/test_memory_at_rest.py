@@ -26,17 +26,15 @@ import pytest
 from app.db.database import Database
 from app.db.notifications import JobEvents, announce_shred
 from app.errors import PreconditionFailed
-from app.forget.shredding import Shredder
 from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased, Tampered
-from app.keys.factory import build_keyring
 from app.keys.keyring import Keyring
 from app.memory.endpoints import get_memory
 from app.memory.repositories.sealing import RECORDS, VERSIONS, binding
 from app.memory.service import MemoryService
 from tests.memory.memory_helpers import create, write
-from tests.support import OverrideService, files_holding, problem, sealer_of, sql
+from tests.support import OverrideService, files_holding, fresh_keyring, problem, sealer_of, sql, sweep_shreds
 
 BARRIER_S = 60.0  # how long a barrier may wait for the other side before the test fails (it never waits for time)
 
@@ -65,11 +63,6 @@ def _head(database_url: str, ns: str, key: str, tenant_id: str) -> asyncpg.Recor
         tenant_id, ns, key,
     )
     return row
-
-
-def _fresh_keyring(live_server: Any) -> Keyring:
-    """Another process's keyring over the server's key store: nothing cached, every key derived from the provider."""
-    return build_keyring(live_server.app.state.container.settings)
 
 
 def _unseal(keyring: Keyring, where: Binding, ciphertext: bytes) -> bytes:
@@ -109,7 +102,7 @@ def test_a_delete_shreds_every_version_of_the_incarnation(
     assert head["value"] is None and {r["leaf"] for r in history} == {head["leaf"]}  # one leaf per incarnation
     sealed = [(binding(tenant_id, VERSIONS, ns, "allergy", r["version"]), r["value_sealed"]) for r in history]
     sealed.append((binding(tenant_id, RECORDS, ns, "allergy", head["version"]), head["value_sealed"]))
-    before = _fresh_keyring(live_server)
+    before = fresh_keyring(live_server)
     opened = [_unseal(before, where, ct) for where, ct in sealed]
     assert opened == [b'"peanut"', b'{"nested":["sesame"]}', b'{"nested":["sesame"]}']
 
@@ -123,7 +116,7 @@ def test_a_delete_shreds_every_version_of_the_incarnation(
     assert row["shred_leaves"] == [head["leaf"]]
 
     # Every copy of those bytes (a backup, the WAL, a replica) is noise now, for any process of the deployment.
-    after = _fresh_keyring(live_server)
+    after = fresh_keyring(live_server)
     for where, ciphertext in sealed:
         with pytest.raises(Erased):
             _unseal(after, where, ciphertext)
@@ -140,7 +133,7 @@ def test_a_forget_request_with_a_memory_target_shreds_as_a_delete_does(
     job = client.get(f"/v1/forget/{answer.json()['id']}").json()
     assert job["memory"]["tombstone_version"] == 2 and job["erasure"]["at_rest"] == "complete"
     with pytest.raises(Erased):
-        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+        _unseal(fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
 
 
 def test_an_expiry_shreds_the_record_it_forgets(
@@ -159,7 +152,7 @@ def test_an_expiry_shreds_the_record_it_forgets(
     )
     assert job["shred_leaves"] == [head["leaf"]] and job["shredded_at"] is not None
     with pytest.raises(Erased):
-        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+        _unseal(fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
 
 
 def test_a_row_from_before_sealing_reads_and_its_forget_promises_nothing_at_rest(
@@ -188,7 +181,7 @@ def test_a_row_from_before_sealing_reads_and_its_forget_promises_nothing_at_rest
     [row] = sql(database_url, "SELECT shred_leaves, shredded_at FROM forget_jobs WHERE id = $1", job["id"])
     assert row["shred_leaves"] == [head["leaf"]] and row["shredded_at"] is not None  # the sealed part is shredded
     with pytest.raises(Erased):
-        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 2), head["value_sealed"])
+        _unseal(fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 2), head["value_sealed"])
 
 
 def test_a_forget_that_erased_nothing_sealed_claims_nothing_at_rest(client: httpx.Client, ns: str) -> None:
@@ -206,7 +199,7 @@ def test_a_punctured_leaf_under_a_live_row_reads_as_forgotten(
     assert write(client, ns, "city", {"text": "Bruges"}, base=1).status_code == 200
     create(client, ns, "diet", {"text": "vegetarian"})
     leaf = _head(database_url, ns, "city", tenant_id)["leaf"]
-    asyncio.run(_fresh_keyring(live_server).shred(tenant_id, [leaf]))
+    asyncio.run(fresh_keyring(live_server).shred(tenant_id, [leaf]))
     # What the shred's notification does in the server's process (test_a_shred_is_announced_to_every_process).
     live_server.app.state.container.sealer.forget_cached(tenant_id, [leaf])
 
@@ -242,7 +235,7 @@ def test_a_ciphertext_moved_elsewhere_does_not_open(
     create(other_tenant, ns, "x", "theirs")
     other_id = _other_tenant(database_url, ns, "x")
     moved = _head(database_url, ns, "x", tenant_id)["value_sealed"]
-    keyring = _fresh_keyring(live_server)
+    keyring = fresh_keyring(live_server)
     assert _unseal(keyring, binding(tenant_id, RECORDS, ns, "x", 1), moved) == f'"{secret}"'.encode()
     elsewhere = [
         binding(tenant_id, RECORDS, ns, "y", 1),  # another key
@@ -275,7 +268,7 @@ def test_one_tenants_delete_leaves_anothers_same_key_readable(
     assert other_tenant.get(f"/v1/memory/{ns}/same").json()["value"] == "theirs"
     other_id = _other_tenant(database_url, ns, "same")
     theirs = _head(database_url, ns, "same", other_id)
-    assert _unseal(_fresh_keyring(live_server), binding(other_id, RECORDS, ns, "same", 1), theirs["value_sealed"]) == (
+    assert _unseal(fresh_keyring(live_server), binding(other_id, RECORDS, ns, "same", 1), theirs["value_sealed"]) == (
         b'"theirs"'
     )
 
@@ -369,18 +362,11 @@ def test_a_shred_the_provider_refused_stays_pending_until_a_retry(
     assert forgot.status_code == 200, forgot.text  # the tombstone committed: live erasure does not wait for keys
     assert any("shred pending" in r.getMessage() for r in caplog.records)
 
-    async def retry() -> None:  # the forget worker's sweep (the server's own may have run it first: idempotent)
-        db = Database(database_url, pool_size=1)
-        try:
-            await Shredder(db, sealer_of(live_server, db)).sweep()
-        finally:
-            await db.close()
-
-    asyncio.run(retry())
+    sweep_shreds(database_url, live_server)
     job = client.get(f"/v1/forget/{forgot.json()['forget_id']}").json()
     assert job["erasure"]["at_rest"] == "complete"
     with pytest.raises(Erased):
-        _unseal(_fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+        _unseal(fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
 
 
 def test_a_shred_in_another_process_reaches_the_servers_key_cache(
@@ -407,7 +393,7 @@ def test_a_shred_in_another_process_reaches_the_servers_key_cache(
         finally:
             await db.close()
 
-    asyncio.run(_fresh_keyring(live_server).shred(tenant_id, [leaf]))  # punctured in the provider, nobody told
+    asyncio.run(fresh_keyring(live_server).shred(tenant_id, [leaf]))  # punctured in the provider, nobody told
     # Unannounced, the server still derives the key from its cached cover: the window the cache's time to live bounds.
     assert client.get(f"/v1/memory/{ns}/k").json()["value"] == "cached"
     asyncio.run(announce())  # what the shredding process's Sealer.shred does next

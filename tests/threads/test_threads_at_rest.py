@@ -28,15 +28,13 @@ import httpx
 import pytest
 
 from app.db.database import Database
-from app.forget.shredding import Shredder
-from app.keys.errors import Erased, Tampered
-from app.keys.factory import build_keyring
+from app.keys.errors import Tampered
 from app.keys.keyring import Keyring
 from app.keys.local import LocalProvider
 from app.keys.verify import VerifyReport, verify
 from app.threads.endpoints import get_threads
 from app.threads.repositories.sealing import SEALED_COLUMNS, blob_binding, write_binding
-from tests.support import OverrideService, files_holding, problem, sealer_of, sql
+from tests.support import OverrideService, derives, files_holding, fresh_keyring, problem, sql, sweep_shreds
 
 
 def b64(data: bytes) -> str:
@@ -78,18 +76,6 @@ def _tenant(database_url: str, thread: str) -> str:
     return tenant_id
 
 
-def _fresh_keyring(live_server: Any) -> Keyring:
-    return build_keyring(live_server.app.state.container.settings)
-
-
-def _derives(keyring: Keyring, tenant_id: str, leaf: int) -> bool:
-    try:
-        asyncio.run(keyring.cipher(tenant_id, leaf))
-    except Erased:
-        return False
-    return True
-
-
 def test_no_plaintext_checkpoint_metadata_value_or_write_reaches_the_database_files(
     client: httpx.Client, database_url: str, data_dir: Path
 ) -> None:
@@ -129,9 +115,9 @@ def test_a_thread_delete_punctures_every_leaf_of_its_rows_and_no_other(
 
     deleted = client.delete(f"/v1/threads/{thread}")
     assert deleted.status_code == 200 and deleted.json()["deleted_checkpoints"] == 2
-    keyring = _fresh_keyring(live_server)
-    assert [leaf for leaf in mine if _derives(keyring, tenant_id, leaf)] == []  # shredded before it answered
-    assert all(_derives(keyring, tenant_id, leaf) for leaf in set().union(*others.values()))
+    keyring = fresh_keyring(live_server)
+    assert [leaf for leaf in mine if derives(keyring, tenant_id, leaf)] == []  # shredded before it answered
+    assert all(derives(keyring, tenant_id, leaf) for leaf in set().union(*others.values()))
     assert sql(database_url, "SELECT count(*) AS n FROM thread_pending_shreds")[0]["n"] == 0
     kept = client.get(f"/v1/threads/{other}/checkpoints").json()["checkpoints"]
     assert [c["checkpoint_id"] for c in kept] == ["c2", "c1"]
@@ -142,10 +128,10 @@ def test_a_thread_delete_punctures_every_leaf_of_its_rows_and_no_other(
     [old_blob] = sql(database_url, "SELECT leaf FROM thread_blobs WHERE thread_id = $1 AND version = '1'", other)
     pruned = client.post("/v1/threads:prune", json={"thread_ids": [other], "strategy": "keep_latest"})
     assert pruned.status_code == 200 and pruned.json()["deleted_checkpoints"] == 1
-    keyring = _fresh_keyring(live_server)
+    keyring = fresh_keyring(live_server)
     gone = {leaf for cid, leaf in rows if cid == "c1"} | others["thread_writes"] | {old_blob["leaf"]}
-    assert [leaf for leaf in gone if _derives(keyring, tenant_id, leaf)] == []
-    assert all(_derives(keyring, tenant_id, leaf) for leaf in set().union(*_leaves(database_url, other).values()))
+    assert [leaf for leaf in gone if derives(keyring, tenant_id, leaf)] == []
+    assert all(derives(keyring, tenant_id, leaf) for leaf in set().union(*_leaves(database_url, other).values()))
 
 
 def test_a_rewrite_shreds_the_rows_it_replaced_and_a_run_delete_the_rows_it_removed(
@@ -170,11 +156,11 @@ def test_a_rewrite_shreds_the_rows_it_replaced_and_a_run_delete_the_rows_it_remo
         "drop_writes": [{"checkpoint_ns": "", "checkpoint_id": "c2", "task_id": "task-1", "idx": 0}],
     })
     assert rewrite.status_code == 200, rewrite.text
-    keyring = _fresh_keyring(live_server)
-    assert not _derives(keyring, tenant_id, blob_leaf["2"]) and not _derives(keyring, tenant_id, write["leaf"])
-    assert _derives(keyring, tenant_id, blob_leaf["1"])  # the survivor keeps its leaf and its ciphertext
+    keyring = fresh_keyring(live_server)
+    assert not derives(keyring, tenant_id, blob_leaf["2"]) and not derives(keyring, tenant_id, write["leaf"])
+    assert derives(keyring, tenant_id, blob_leaf["1"])  # the survivor keeps its leaf and its ciphertext
     [fresh] = sql(database_url, "SELECT leaf FROM thread_blobs WHERE thread_id = $1 AND version = '2'", thread)
-    assert fresh["leaf"] not in blob_leaf.values() and _derives(keyring, tenant_id, fresh["leaf"])
+    assert fresh["leaf"] not in blob_leaf.values() and derives(keyring, tenant_id, fresh["leaf"])
     got = client.get(f"/v1/threads/{thread}/checkpoints/c2").json()
     assert [base64.b64decode(b["data"]) for b in got["blobs"]] == [b""] and got["writes"] == []
 
@@ -183,9 +169,9 @@ def test_a_rewrite_shreds_the_rows_it_replaced_and_a_run_delete_the_rows_it_remo
                thread)
     gone = client.post("/v1/threads:delete_for_runs", json={"run_ids": [run_b]})
     assert gone.status_code == 200 and gone.json()["deleted_checkpoints"] == 1
-    keyring = _fresh_keyring(live_server)  # the first one cached the covers from before this shred
-    assert not _derives(keyring, tenant_id, c2["leaf"]) and not _derives(keyring, tenant_id, fresh["leaf"])
-    assert _derives(keyring, tenant_id, blob_leaf["1"])
+    keyring = fresh_keyring(live_server)  # the first one cached the covers from before this shred
+    assert not derives(keyring, tenant_id, c2["leaf"]) and not derives(keyring, tenant_id, fresh["leaf"])
+    assert derives(keyring, tenant_id, blob_leaf["1"])
     filtered = client.get(f"/v1/threads/{thread}/checkpoints", params={"metadata": json.dumps({"run_id": run_a})})
     assert [c["checkpoint_id"] for c in filtered.json()["checkpoints"]] == ["c1"]
 
@@ -204,7 +190,7 @@ def test_a_punctured_leaf_under_a_live_row_reads_as_absent(
     [c2] = sql(database_url, "SELECT leaf FROM thread_checkpoints WHERE thread_id = $1 AND checkpoint_id = 'c2'",
                thread)
     punctured = [blob["leaf"], write["leaf"], c2["leaf"]]
-    asyncio.run(_fresh_keyring(live_server).shred(tenant_id, punctured))
+    asyncio.run(fresh_keyring(live_server).shred(tenant_id, punctured))
     live_server.app.state.container.sealer.forget_cached(tenant_id, punctured)  # what the announcement does
 
     c1 = client.get(f"/v1/threads/{thread}/checkpoints/c1")
@@ -226,7 +212,7 @@ def test_a_ciphertext_moved_to_another_row_does_not_open(
     tenant_id = _tenant(database_url, thread)
     [blob] = sql(database_url, "SELECT blob, leaf FROM thread_blobs WHERE thread_id = $1", thread)
     [write] = sql(database_url, "SELECT blob, leaf FROM thread_writes WHERE thread_id = $1", thread)
-    keyring = _fresh_keyring(live_server)
+    keyring = fresh_keyring(live_server)
     for binding, ciphertext in (
         (blob_binding(tenant_id, other, "", "messages", "1"), blob["blob"]),  # the other thread's row
         (blob_binding(tenant_id, thread, "", "messages", "2"), blob["blob"]),  # another version
@@ -326,14 +312,7 @@ def test_a_delete_whose_shred_the_provider_refused_stays_pending_until_the_sweep
     assert deleted.status_code == 200, deleted.text  # the delete committed: live erasure does not wait for keys
     assert any("shred pending" in r.getMessage() for r in caplog.records)
 
-    async def retry() -> None:  # the forget worker's sweep (the server's own may have run it first: idempotent)
-        db = Database(database_url, pool_size=1)
-        try:
-            await Shredder(db, sealer_of(live_server, db)).sweep()
-        finally:
-            await db.close()
-
-    asyncio.run(retry())
+    sweep_shreds(database_url, live_server)
     assert sql(database_url, "SELECT count(*) AS n FROM thread_pending_shreds")[0]["n"] == 0
-    keyring = _fresh_keyring(live_server)
-    assert [leaf for leaf in mine if _derives(keyring, tenant_id, leaf)] == []
+    keyring = fresh_keyring(live_server)
+    assert [leaf for leaf in mine if derives(keyring, tenant_id, leaf)] == []
