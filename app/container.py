@@ -130,7 +130,8 @@ class Container:
             chat=ChatService(self.db, self.engine, sessions, forget),
             threads=ThreadService(self.db, sealer, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
             subjects=SubjectService(self.db, sealer),
-            subject_erasure=SubjectErasure(self.db, sealer, sessions, memory, self.shredder, horizon_s=horizon_s),
+            subject_erasure=SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder,
+                                           horizon_s=horizon_s),
         )
 
     def forget_worker(self) -> ForgetWorker:

@@ -101,6 +101,9 @@ class SubjectEntry(BaseModel):
     namespaces: list[str] = Field(default_factory=list)
     memory_keys: int = 0  # tombstoned
     jobs: list[str] = Field(default_factory=list)
+    # What they said inside other subjects' sessions, forgotten there by selective replay: the session and the job
+    # (never the text: the job's own target is sealed and erased when it ends).
+    also: list[dict[str, str]] = Field(default_factory=list)
 
 
 class JobReceipt(BaseModel):

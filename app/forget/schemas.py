@@ -210,6 +210,11 @@ class SubjectReceipt(BaseModel):
     memory_keys: int = Field(description="Memory keys tombstoned (each with its own cascade job)")
     jobs: list[str] = Field(description="The jobs that did it: each session deletion's and each key's, with their "
                                         "own shreds (this job's `erasure` covers every leaf of them)")
+    also: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="`{session_id, forget_id}`: a selective-replay forget of what they said in another subject's "
+        "session (`also.text`), queued; its own receipt says when it is done",
+    )
 
 
 class PendingCall(BaseModel):

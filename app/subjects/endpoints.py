@@ -86,8 +86,10 @@ async def export_subject(subject_id: SubjectId, principal: PrincipalDep, subject
 async def erase_subject(
     subject_id: SubjectId, body: SubjectErase, principal: PrincipalDep, erasure: ErasureDep
 ) -> ForgetJobOut | SubjectErasePlan:
+    also = [] if body.also is None else body.also.text
     if body.dry_run:
-        plan = await erasure.plan(principal.tenant_id, subject_id)
+        plan = await erasure.plan(principal.tenant_id, subject_id, also)
         return SubjectErasePlan(subject_id=plan.subject_id, sessions=plan.sessions, conversations=plan.conversations,
-                                namespaces=plan.namespaces, memory_keys=sum(map(len, plan.memory_keys.values())))
-    return job_out(await erasure.erase(principal.tenant_id, subject_id))
+                                namespaces=plan.namespaces, memory_keys=sum(map(len, plan.memory_keys.values())),
+                                also=list(plan.also))
+    return job_out(await erasure.erase(principal.tenant_id, subject_id, also))

@@ -8,20 +8,27 @@ sessions a value was injected into, its leaf shredded). The erasure's own job, r
 id and count and records every leaf those erased, so its `erasure` says when all of it is unrecoverable at rest
 (shredding a leaf again is a no-op). The subject row keeps only its id, the time and that job's id.
 
+With `also.text`, what they said inside other subjects' sessions (a shared support session) is forgotten there by
+selective replay: every other session of the tenant is searched (sealed content is searched in the process, a page
+at a time), and each one holding a text gets a text forget, queued; the receipt names the session and the job,
+never the text (the job's own target is sealed and erased when it ends).
+
 It runs in the request, one object at a time: a session or key the person gets while it runs is not in it (erase
-again). Not built yet: `also` (what they said inside other subjects' sessions), legal holds, retention.
+again). Not built yet: `also.query` (a semantic predicate), legal holds, retention.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.db.database import Database
 from app.db.statements import InSession
 from app.errors import NotFound
-from app.forget.jobs import JobView, view_of
+from app.forget.jobs import JobView, Submission, view_of
 from app.forget.receipts import JobReceipt, SubjectEntry
 from app.forget.repositories import jobs as jobs_repo
+from app.forget.service import ForgetService
 from app.forget.shredding import Shredder
 from app.ids import new_id
 from app.keys.content import Sealer
@@ -31,6 +38,7 @@ from app.subjects import repository as repo
 
 STRATEGY = "subject_erase"
 PAGE = 200
+OBSERVED = ("user", "document", "tool_result")  # what a person says or gives a session: what `also` searches
 
 
 @dataclass
@@ -42,19 +50,21 @@ class Plan:
     conversations: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     memory_keys: dict[str, list[str]] = field(default_factory=dict)  # namespace → live keys
+    also: dict[str, list[str]] = field(default_factory=dict)  # another's session → the texts of `also` it holds
 
 
 class SubjectErasure:
     def __init__(self, db: Database, sealer: Sealer, sessions: SessionService, memory: MemoryService,
-                 shredder: Shredder, *, horizon_s: int) -> None:
+                 forget: ForgetService, shredder: Shredder, *, horizon_s: int) -> None:
         self.db = db
         self.sealer = sealer
         self.sessions = sessions
         self.memory = memory
+        self.forget = forget
         self.shredder = shredder
         self.horizon_s = horizon_s
 
-    async def plan(self, tenant_id: str, subject_id: str) -> Plan:
+    async def plan(self, tenant_id: str, subject_id: str, also: Sequence[str] = ()) -> Plan:
         async with self.db.transaction() as tx:
             subject = await repo.get(tx, tenant_id, subject_id)
         if subject is None:
@@ -78,10 +88,37 @@ class SubjectErasure:
                 if len(page_keys) < PAGE:
                     break
             plan.memory_keys[namespace] = keys
+        if also:
+            plan.also = await self._holding(tenant_id, subject_id, also)
         return plan
 
-    async def erase(self, tenant_id: str, subject_id: str) -> JobView:
-        plan = await self.plan(tenant_id, subject_id)
+    async def _holding(self, tenant_id: str, subject_id: str, texts: Sequence[str]) -> dict[str, list[str]]:
+        """Other subjects' sessions whose observations (what a person said or gave) hold one of `texts`, opened a
+        page at a time: the whole tenant is read, as a search of sealed content must be."""
+        found: dict[str, list[str]] = {}
+        after = ""
+        while True:
+            async with self.db.transaction() as tx:
+                page = await repo.others_after(tx, tenant_id, subject_id, after, PAGE)
+            for session_id in page:
+                position = -1
+                while True:
+                    async with self.db.transaction() as tx:
+                        rows = await repo.artifacts_after(tx, tenant_id, session_id, position, PAGE)
+                    for row in rows:
+                        if row.kind in OBSERVED and not row.erased:
+                            held = [t for t in texts if t in (row.content or "") and t not in found.get(session_id, [])]
+                            if held:
+                                found.setdefault(session_id, []).extend(held)
+                    if len(rows) < PAGE:
+                        break
+                    position = rows[-1].position
+            if len(page) < PAGE:
+                return found
+            after = page[-1]
+
+    async def erase(self, tenant_id: str, subject_id: str, also: Sequence[str] = ()) -> JobView:
+        plan = await self.plan(tenant_id, subject_id, also)
         jobs: list[str] = []
         leaves: list[int] = []
         plaintext = False
@@ -102,8 +139,13 @@ class SubjectErasure:
                 tombstoned += not outcome.already_forgotten
                 leaves += outcome.leaves
                 jobs += [outcome.forget_id] if outcome.forget_id else []
+        others = []
+        for session_id, texts in plan.also.items():
+            for text in texts:  # queued, each a selective replay the forget worker runs: its receipt says when done
+                job = await self.forget.submit(tenant_id, Submission(target={"session_id": session_id, "text": text}))
+                others.append({"session_id": session_id, "forget_id": job.id})
         entry = SubjectEntry(subject_id=subject_id, sessions=erased_sessions, conversations=plan.conversations,
-                             namespaces=plan.namespaces, memory_keys=tombstoned, jobs=jobs)
+                             namespaces=plan.namespaces, memory_keys=tombstoned, jobs=jobs, also=others)
         shred = sorted(set(leaves))
         # Nothing sealed erased (nothing owned, or only plaintext from before sealing): no promise at rest.
         promised = bool(shred) and not plaintext

@@ -130,3 +130,15 @@ async def mark_erased(db: AsyncSession, tenant_id: str, subject_id: str, forget_
         update(Subject).where(Subject.tenant_id == tenant_id, Subject.id == subject_id)
         .values(erased_at=func.now(), erase_forget_id=forget_id, updated_at=func.now())
     )
+
+
+async def others_after(db: AsyncSession, tenant_id: str, subject_id: str, after: str, limit: int) -> list[str]:
+    """A page of the tenant's sessions that are not this subject's (anyone else's, or no one's), in id order."""
+    stmt = (
+        select(AgentSession.id)
+        .where(AgentSession.tenant_id == tenant_id, AgentSession.subject_id.is_distinct_from(subject_id),
+               AgentSession.id > after)
+        .order_by(AgentSession.id)
+        .limit(limit)
+    )
+    return list((await db.execute(stmt)).scalars())

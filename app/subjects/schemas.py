@@ -12,6 +12,7 @@ from app.request_model import RequestModel
 
 MAX_NAMESPACES = 100
 MAX_LISTED = 100
+MAX_ALSO = 20
 Namespace = Annotated[str, Field(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)]
 
 
@@ -33,8 +34,17 @@ class SubjectOut(BaseModel):
     erase_forget_id: str | None = None
 
 
+class SubjectAlso(RequestModel):
+    text: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
+        min_length=1, max_length=MAX_ALSO,
+        description="What they said that entered other subjects' sessions: each session whose user messages, "
+        "documents or tool results hold one of these is forgotten of it by selective replay",
+    )
+
+
 class SubjectErase(RequestModel):
     dry_run: bool = Field(default=False, description="Answer what would be erased; change nothing")
+    also: SubjectAlso | None = None
     reason: str | None = Field(
         default=None, max_length=1000,
         description="Why (accepted, not kept: a reason can name what is erased; the receipt carries ids and counts)",
@@ -48,3 +58,4 @@ class SubjectErasePlan(BaseModel):
     conversations: list[str]
     namespaces: list[str]
     memory_keys: int = Field(description="Live memory keys that would be tombstoned, each with its cascade")
+    also: list[str] = Field(default_factory=list, description="Other subjects' sessions `also.text` would reach")

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.forget.forget_helpers import artifacts, forget, run_script, user
+from tests.forget.forget_helpers import artifacts, forget, run_script, user, wait_job
 from tests.support import problem
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
@@ -200,7 +200,33 @@ def test_erase_refuses_bad_input_and_unknown_subjects(client: httpx.Client, othe
     assert client.put(f"/v1/subjects/{subject}", json={"memory_namespaces": []}).status_code == 201
     problem(other_tenant.post(f"/v1/subjects/{subject}/erase", json={}), 404)
     problem(client.post(f"/v1/subjects/{_subject()}/erase", json={}), 404)
-    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": ["x"]}}), 422)  # not built yet
+    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"query": "where I live"}}), 422)  # not built
+    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": []}}), 422)
+    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": [""]}}), 422)
+    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": ["t"] * 21}}), 422)
     problem(client.post(f"/v1/subjects/{subject}/erase", json={"reason": "x" * 1001}), 422)
     problem(client.post("/v1/subjects/has space/erase", json={}), 422)
     assert client.get(f"/v1/subjects/{subject}").json()["erased_at"] is None
+
+
+def test_also_forgets_what_they_said_in_other_subjects_sessions_by_selective_replay(client: httpx.Client) -> None:
+    fran, gil = _subject(), _subject()
+    run_script(client, [[user("My badge is QZ-7788.")]], FAST, subject_id=fran)
+    support, _ = run_script(client, [[user("Hello support.")], [user("Fran said her badge is QZ-7788.")],
+                                     [user("Thanks.")]], FAST, subject_id=gil)
+    nobodys, _ = run_script(client, [[user("QZ-7788 was mentioned.")]], FAST)
+    untouched, _ = run_script(client, [[user("Gil likes chess.")]], FAST, subject_id=gil)
+
+    plan = client.post(f"/v1/subjects/{fran}/erase", json={"dry_run": True, "also": {"text": ["QZ-7788"]}}).json()
+    assert set(plan["also"]) == {support, nobodys}, plan
+    erased = client.post(f"/v1/subjects/{fran}/erase", json={"also": {"text": ["QZ-7788"]}})
+    assert erased.status_code == 200, erased.text
+    also = erased.json()["subject"]["also"]
+    assert {a["session_id"] for a in also} == {support, nobodys} and "QZ-7788" not in erased.text
+    for queued in also:
+        assert wait_job(client, queued["forget_id"])["status"] == "succeeded"
+    listed = artifacts(client, support)
+    assert "QZ-7788" not in json.dumps(listed) and any(a["content"] == "Hello support." for a in listed)
+    assert "QZ-7788" not in json.dumps(artifacts(client, nobodys))
+    assert [a["content"] for a in artifacts(client, untouched) if a["kind"] == "user"] == ["Gil likes chess."]
+    assert client.get(f"/v1/sessions/{support}").json()["subject_id"] == gil  # still Gil's, without Fran's words
