@@ -46,7 +46,7 @@ class SubjectErase(RequestModel):
     dry_run: bool = Field(default=False, description="Answer what would be erased; change nothing")
     also: SubjectAlso | None = None
     reason: str | None = Field(
-        default=None, max_length=1000,
+        default=None, max_length=2000,  # as a forget's (tests/foundation/test_hardening_input.py: one limit a name)
         description="Why (accepted, not kept: a reason can name what is erased; the receipt carries ids and counts)",
     )
 

@@ -50,7 +50,7 @@ def shapes(session_id: str) -> list[Shape]:
             "system_prompt": "s", "memory_namespace": "ns", "context_policy": "full",
             "checkpoint_policy": "every_turn",
             "tools": [{"name": "get_city", "description": "d", "parameters": PARAMETERS, "kind": "read_only"}],
-            "sampling": {"stop": ["END"]},
+            "sampling": {"stop": ["END"]}, "subject_id": "s1",
         }),
         Shape("POST", turns, {"inputs": [{"type": "user", "content": "c"}]}),
         Shape("POST", turns, {"inputs": [{"type": "document", "content": "c", "source": "https://e.example"}]}),
@@ -70,6 +70,8 @@ def shapes(session_id: str) -> list[Shape]:
         Shape("POST", "/v1/memory:search", {
             "namespace_prefix": "ns", "query": "q", "fields": ["text"], "filter": {"color": {"$ne": "red"}},
         }),
+        Shape("PUT", "/v1/subjects/s1", {"memory_namespaces": ["ns"]}),
+        Shape("POST", "/v1/subjects/s1/erase", {"dry_run": True, "also": {"text": ["t"]}, "reason": "r"}),
         *thread_shapes(),
     ]
 

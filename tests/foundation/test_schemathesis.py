@@ -12,12 +12,17 @@ What the generated data is steered by, and why (`before_call` hook, positive cas
   cannot say "unique by name": a repeated one answers 422);
 - a listing's `cursor` is left out: it is an opaque token the API hands out (a string of the right alphabet the API
   did not issue answers 422, which no schema can tell apart);
+- a session takes at most SESSION_TURNS turns; later ones go to an id no session has (404): the stateful phase
+  follows the spec's links into the same session again and again, and near the model's 8k context each turn costs
+  about a minute of prefill on a busy CPU (one seed grew a session to 8,199 tokens over 129 turns);
 - turns carry no `tool_result` input: in a session with tools one must answer a pending call of the session (422
   otherwise, README), state no schema holds;
 - a session's seed drawn as an integral float rounded past 2^63 - 1 is brought back into range;
 - `PUT /v1/memory/{namespace}/{key}` sends If-Match or If-None-Match, not both (422: OpenAPI cannot say "one of two
   headers");
-- detector webhooks are signed with the tenant's secret, so their bodies reach validation.
+- detector webhooks are signed with the tenant's secret, so their bodies reach validation;
+- a subject erasure carries no `also`: with a generated word (`"0"`) it queues a selective replay in every session
+  of the tenant holding it, which the tiny model then works through for many minutes (tests/subjects covers it).
 Text with a NUL or an unpaired surrogate is refused (422) on every field (README, Hardening) and is not generated.
 """
 
@@ -50,6 +55,8 @@ MAX_EXAMPLES = 4  # per operation and phase
 GENERATING_EXAMPLES = 2  # for the operations that run the model (turns, compaction)
 STATEFUL_STEPS = 4
 TOKEN_CAP = 4
+SESSION_TURNS = 8
+UNKNOWN_SESSION = "ses_" + "0" * 26
 TEXT_CAP = 64  # characters of a prompt's text (system prompt, tool descriptions, turn inputs)
 CHECKS = (
     "not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance",
@@ -135,8 +142,15 @@ def _small_session(body: dict[str, Any]) -> None:
 def steer(model: str) -> Any:
     """The `before_call` hook: what the module docstring lists, on positive cases only."""
 
+    turns: collections.Counter[str] = collections.Counter()
+
     def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> None:
         path, method, body = case.operation.path, case.method.upper(), case.body
+        if path == "/v1/sessions/{id}/turns" and isinstance(case.path_parameters, MutableMapping):
+            session = str(case.path_parameters.get("id"))
+            turns[session] += 1
+            if turns[session] > SESSION_TURNS:
+                case.path_parameters["id"] = UNKNOWN_SESSION
         if path == "/v1/sessions" and method == "POST" and isinstance(body, dict):
             _small_session(body)
         if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
@@ -165,6 +179,8 @@ def steer(model: str) -> Any:
         elif path == "/v1/chat/completions":
             body["model"] = model
             _capped(body, ("max_tokens", "max_completion_tokens"), "max_tokens")
+        elif path.endswith("/erase") and path.startswith("/v1/subjects/"):
+            body.pop("also", None)
         elif path == "/v1/webhooks/detector":
             raw = json.dumps(body).encode()
             kwargs["data"] = raw
