@@ -16,6 +16,7 @@ from app.forget.executor import ForgetExecutor
 from app.forget.service import ForgetService
 from app.forget.shredding import Shredder
 from app.forget.worker import ForgetWorker
+from app.holds.service import HoldService
 from app.keys.admin import KeyAdmin
 from app.keys.content import Sealer
 from app.keys.factory import build_keyring
@@ -67,6 +68,7 @@ class Services:
     threads: ThreadService
     subjects: SubjectService
     subject_erasure: SubjectErasure
+    holds: HoldService
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Container:
             on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
             sealer=sealer, shredder=self.shredder, horizon_s=horizon_s,
         ))
+        erasure = SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder, horizon_s=horizon_s)
         self.services = Services(
             sessions=sessions,
             forget=forget,
@@ -130,8 +133,8 @@ class Container:
             chat=ChatService(self.db, self.engine, sessions, forget),
             threads=ThreadService(self.db, sealer, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
             subjects=SubjectService(self.db, sealer),
-            subject_erasure=SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder,
-                                           horizon_s=horizon_s),
+            subject_erasure=erasure,
+            holds=HoldService(self.db, erasure),
         )
 
     def forget_worker(self) -> ForgetWorker:

@@ -44,6 +44,17 @@ class SessionBusy(Conflict):
     title = "Session is busy"
 
 
+class LegalHold(Conflict):
+    """What a standing legal hold covers cannot be erased; the problem names the hold (`hold_id`)."""
+
+    type_slug = "legal_hold"  # the name API.md gives clients
+    title = "Under legal hold"
+
+    def __init__(self, hold_id: str, what: str) -> None:
+        super().__init__(f"{what} is under legal hold {hold_id!r}; release the hold first", hold_id=hold_id)
+        self.hold_id = hold_id
+
+
 class DatabaseUnavailable(LetheError):
     status = 503
     type_slug = "database-unavailable"

@@ -11,7 +11,7 @@ import secrets
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
-PREFIXES = frozenset({"ten", "key", "ses", "art", "call", "fgt", "ckp", "env", "conv", "resp"})
+PREFIXES = frozenset({"ten", "key", "ses", "art", "call", "fgt", "ckp", "env", "conv", "resp", "hld"})
 
 
 def new_id(prefix: str) -> str:

@@ -27,6 +27,7 @@ from app.engine.session_caches import LocalSessionCaches, SessionCaches
 from app.engine.slot import EngineSlot
 from app.forget import endpoints as forget
 from app.health import endpoints as health
+from app.holds import endpoints as holds
 from app.keys.factory import build_provider
 from app.keys.identity import check_key_store
 from app.mcp.mount import McpMount
@@ -135,7 +136,7 @@ def create_app(
     )
     install_problem_handlers(app)
     app.include_router(health.router)
-    for router in (sessions.router, forget.router, memory.router, threads.router, subjects.router):
+    for router in (sessions.router, forget.router, memory.router, threads.router, subjects.router, holds.router):
         app.include_router(router, responses=V1_ERRORS)
     app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
     app.include_router(webhooks.router, responses={

@@ -32,7 +32,8 @@ SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     200: {"model": ForgetJobOut, "description": "A dry run's plan, or the job when `wait` saw it finish (then with "
           "Lethe-Consistency)", **FINISHED},
     202: {"description": "The job, queued", "links": JOB_LINKS},
-    409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it)"),
+    409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it), or `legal_hold`: a standing legal "
+                     "hold covers the target's session or namespace (`hold_id` names the hold)"),
     503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
 }
 

@@ -104,6 +104,8 @@ class SubjectEntry(BaseModel):
     # What they said inside other subjects' sessions, forgotten there by selective replay: the session and the job
     # (never the text: the job's own target is sealed and erased when it ends).
     also: list[dict[str, str]] = Field(default_factory=list)
+    # What a standing legal hold kept out of it: {hold_id, session_id | namespace}. Releasing the hold erases it.
+    held: list[dict[str, str]] = Field(default_factory=list)
 
 
 class JobReceipt(BaseModel):

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.database import Database
 from app.db.notifications import JobEvents
+from app.db.statements import InSession
 from app.embeddings import Embedder
 from app.engine.priority import Priority
 from app.engine.slot import EngineSlot
@@ -32,6 +33,7 @@ from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_target, sessions_reached
+from app.holds.guard import refuse_namespace, refuse_session
 from app.ids import new_id
 from app.memory.service import MemoryService
 from app.runtime.blocks import Observation
@@ -191,12 +193,18 @@ class ForgetService:
             self.wake.set()
 
     async def _check(self, tenant_id: str, target: Target, strategy: ForgetStrategy, session_ids: list[str]) -> None:
-        """Refuse, before queueing, what the strategy cannot do with this target (422), or what needs the model
-        when it is not loaded (503)."""
+        """Refuse, before queueing, what the strategy cannot do with this target (422), what needs the model
+        when it is not loaded (503), or what a legal hold covers (409)."""
         if strategy.replays and session_ids and not await self.slot.available():
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
         async with self.db.transaction() as tx:
             await check_target(tx, tenant_id, target, strategy, session_ids, self.policies)
+            # A legal hold over what the job would erase refuses it now (409); a job queued before the hold runs.
+            if target.namespace is not None:
+                await refuse_namespace(InSession(tx), tenant_id, target.namespace)
+            else:
+                for session_id in session_ids:
+                    await refuse_session(InSession(tx), tenant_id, session_id)
 
     async def _enqueue(self, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None) -> str:
         receipt = JobReceipt()

@@ -243,7 +243,9 @@ async def write_record(
 
 @router.delete(
     "/{namespace}/{key}", response_model=MemoryForgetOut, summary="Forget: write a tombstone",
-    responses={409: problem_doc("The key kept changing while it was being forgotten: retry"), **token_responses(200)},
+    responses={409: problem_doc("The key kept changing while it was being forgotten: retry; or `legal_hold`: a "
+                                "standing legal hold covers the namespace (`hold_id` names the hold)"),
+               **token_responses(200)},
 )
 async def forget_record(
     namespace: Namespace,

@@ -28,6 +28,7 @@ from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
 from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from app.holds.guard import refuse_namespace
 from app.keys.content import Sealer
 from app.memory.cascade import Expiry, ForgetCascade, NoCascade
 from app.memory.repositories import records as repo
@@ -167,14 +168,14 @@ class MemoryService:
         check_key(key)
         check_source(source)
         async with self.db.pg_transaction(forget=True) as sql:  # the tombstone and its cascade job commit together
+            await refuse_namespace(sql, tenant_id, namespace)  # 409 legal_hold while a hold covers it
             outcome, erased = await forget_in(sql, self.cascade, tenant_id, namespace, key, source=source)
         # After the commit, never before: a shred whose tombstone rolled back would erase a live value.
         await self.cascade.shred(tenant_id, outcome.forget_id, outcome.leaves)
         log.info(
             "memory key forgotten",
             extra={
-                "namespace": namespace,
-                "key": key,
+                "namespace": namespace, "key": key,
                 "version": outcome.version,
                 "already_forgotten": outcome.already_forgotten,
                 "erased_versions": erased,

@@ -69,7 +69,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 TURN_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,
-    409: _doc("The session is busy (another turn or a forget; `Retry-After`), or moved on"),
+    409: _doc("The session is busy (another turn or a forget; `Retry-After`), or moved on; deleting: a legal hold "
+              "covers it (Lethe's `POST /v1/holds`)"),
     503: _doc("The model is not loaded yet, or the database connection was lost (`Retry-After`)"),
 }
 

@@ -23,7 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.database import Database
 from app.db.models import AgentSession
+from app.db.statements import InSession
 from app.errors import Conflict
+from app.holds import repository as holds_repo
 from app.openai_compat import history
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter
@@ -156,6 +158,7 @@ class Placer:
                 moved = conv is None or conv.session_id != session.id
                 if not moved:
                     await repo.set_session(tx, conversation_id, fresh.row.id)
+                    await holds_repo.move_session(InSession(tx), tenant_id, session.id, fresh.row.id)
             if moved:
                 await self.sessions.delete(tenant_id, fresh.row.id)
                 raise Conflict("the conversation was reconfigured by another request; retry")

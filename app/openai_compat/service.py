@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.database import Database
 from app.db.models import AgentSession, Artifact
 from app.db.openai_models import OpenAIConversation, OpenAIResponse
+from app.db.statements import InSession
 from app.engine.protocol import TokenSink
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound
@@ -40,6 +41,7 @@ from app.forget.proposals import Proposal
 from app.forget.schemas import job_out
 from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
+from app.holds import repository as holds_repo
 from app.ids import has_prefix, new_id
 from app.openai_compat import history
 from app.openai_compat import repository as repo
@@ -135,7 +137,8 @@ class CompatService:
 
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> dict[str, Any]:
         conv, session = await self._conversation(tenant_id, conversation_id)
-        await self.sessions.delete(tenant_id, session.id)  # its responses and the conversation go with it (cascade)
+        # Its responses and the conversation go with it (cascade).
+        await self.sessions.delete(tenant_id, session.id, erasure=True)
         return {"id": conv.id, "object": "conversation.deleted", "deleted": True}
 
     # -- items --------------------------------------------------------------------------------------------------
@@ -218,6 +221,7 @@ class CompatService:
             if locked is None or locked.session_id != session.id:
                 raise Conflict("the conversation changed under this request; retry")
             await repo.set_session(tx, conv.id, other.id)
+            await holds_repo.move_session(InSession(tx), tenant_id, session.id, other.id)
         await self.sessions.delete(tenant_id, session.id)  # it held only what the adopted session holds too
         return [h.item for h in adopted]
 

@@ -48,6 +48,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 
+LEGAL_HOLD = "`legal_hold`: a standing legal hold covers it (`hold_id` names the hold)"
 BUSY: dict[int | str, dict[str, Any]] = {409: problem_doc("Another turn or a forget holds the session (`Retry-After`)")}
 TURN_ERRORS: dict[int | str, dict[str, Any]] = {
     **BUSY,
@@ -183,12 +184,13 @@ async def get_session(id: ObjectId, principal: PrincipalDep, sessions: SessionsD
 
 @router.delete(
     "/{id}", status_code=204, summary="Purge a session, its artifacts, checkpoints and cache",
-    responses={**BUSY, **token_responses(204)},
+    responses={409: problem_doc("Another turn or a forget holds the session (`Retry-After`), or " + LEGAL_HOLD),
+               **token_responses(204)},
 )
 async def delete_session(
     id: ObjectId, principal: PrincipalDep, sessions: SessionsDep, container: ContainerDep
 ) -> Response:
-    await sessions.delete(principal.tenant_id, id)
+    await sessions.delete(principal.tenant_id, id, erasure=True)
     purged = Response(status_code=204)
     await stamp(purged, container.db)
     return purged

@@ -23,6 +23,7 @@ from app.engine.session_caches import SessionCaches
 from app.engine.slot import EngineSlot
 from app.errors import Conflict, NotFound, NotReady
 from app.forget.repositories import jobs as jobs_repo
+from app.holds.guard import refuse_session
 from app.ids import new_id
 from app.keys.content import Sealer
 from app.memory.service import injectable_in
@@ -170,13 +171,19 @@ class SessionService:
         positions = [pagination.Position(r.created_at, r.id) for r in rows]
         return views, pagination.next_cursor(positions, limit)
 
-    async def delete(self, tenant_id: str, session_id: str) -> Deleted:
+    async def delete(self, tenant_id: str, session_id: str, *, erasure: bool = False) -> Deleted:
         """Purge the session and shred every leaf its content was sealed under (docs/erasure-at-rest.md): the leaves
         are recorded on a finished forget job (strategy `session_delete`) in the deleting transaction, so a shred
         the key provider refuses now stays pending and the forget worker's sweep retries it. Returns that job and
-        what it erased (a subject's erasure collects them)."""
+        what it erased (a subject's erasure collects them).
+
+        `erasure`: someone asked for the session to be gone (DELETE, a conversation's deletion, a subject's
+        erasure), so a standing legal hold over it refuses the deletion (409 `legal_hold`). Lethe's own housekeeping
+        (a session opened for one request, one a conversation moved off) is not an erasure."""
         # Under the session's lease: it waits out a turn in flight rather than racing it.
         async with self.locks.leased(tenant_id, session_id, "running") as lease, lease.commit() as (tx, _):
+            if erasure:
+                await refuse_session(InSession(tx), tenant_id, session_id)
             erased = await sessions_repo.delete_session(tx, tenant_id, session_id)
             shred = await self._record_shred(tx, tenant_id, session_id, erased)
         if shred is not None and self.settle is not None:

@@ -81,7 +81,8 @@ async def export_subject(subject_id: SubjectId, principal: PrincipalDep, subject
     "/{subject_id}/erase", response_model=ForgetJobOut | SubjectErasePlan,
     summary="Erase everything a subject owns (their sessions whole, their namespaces' keys), with one receipt",
     responses={200: {"description": "The erasure's forget job, finished, with its `subject` receipt and `erasure`; "
-                                    "with `dry_run`, the plan"}, **NOT_FOUND},
+                                    "with `dry_run`, the plan"}, **NOT_FOUND,
+               409: problem_doc("`legal_hold`: a standing hold covers the whole subject (`hold_id` names it)")},
 )
 async def erase_subject(
     subject_id: SubjectId, body: SubjectErase, principal: PrincipalDep, erasure: ErasureDep
@@ -91,5 +92,5 @@ async def erase_subject(
         plan = await erasure.plan(principal.tenant_id, subject_id, also)
         return SubjectErasePlan(subject_id=plan.subject_id, sessions=plan.sessions, conversations=plan.conversations,
                                 namespaces=plan.namespaces, memory_keys=sum(map(len, plan.memory_keys.values())),
-                                also=list(plan.also))
+                                also=list(plan.also), held=plan.held)
     return job_out(await erasure.erase(principal.tenant_id, subject_id, also))

@@ -13,8 +13,13 @@ selective replay: every other session of the tenant is searched (sealed content 
 at a time), and each one holding a text gets a text forget, queued; the receipt names the session and the job,
 never the text (the job's own target is sealed and erased when it ends).
 
+Legal holds (app/holds/): a hold on the subject refuses the whole erasure (409 `legal_hold`); a hold on one of
+their sessions or namespaces (or on another subject's session `also` reaches) skips that part, which the receipt's
+`held` names with the hold, and the erasure is recorded as deferred on the hold: releasing it runs the erasure again.
+The plan (dry run) names the held parts the same way.
+
 It runs in the request, one object at a time: a session or key the person gets while it runs is not in it (erase
-again). Not built yet: `also.query` (a semantic predicate), legal holds, retention.
+again). Not built yet: `also.query` (a semantic predicate), retention.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from dataclasses import dataclass, field
 
 from app.db.database import Database
 from app.db.statements import InSession
-from app.errors import NotFound
+from app.errors import LegalHold, NotFound
 from app.forget.jobs import JobView, Submission, view_of
 from app.forget.receipts import JobReceipt, SubjectEntry
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.service import ForgetService
 from app.forget.shredding import Shredder
+from app.holds import repository as holds_repo
+from app.holds.guard import refuse_subject
 from app.ids import new_id
 from app.keys.content import Sealer
 from app.memory.service import MemoryService
@@ -47,10 +54,15 @@ class Plan:
 
     subject_id: str
     sessions: list[str] = field(default_factory=list)
-    conversations: list[str] = field(default_factory=list)
+    conversation_of: dict[str, str] = field(default_factory=dict)  # session → the OpenAI conversation it is
     namespaces: list[str] = field(default_factory=list)
     memory_keys: dict[str, list[str]] = field(default_factory=dict)  # namespace → live keys
     also: dict[str, list[str]] = field(default_factory=dict)  # another's session → the texts of `also` it holds
+    held: list[dict[str, str]] = field(default_factory=list)  # {hold_id, session_id | namespace}: skipped
+
+    @property
+    def conversations(self) -> list[str]:
+        return [self.conversation_of[s] for s in self.sessions if s in self.conversation_of]
 
 
 class SubjectErasure:
@@ -75,7 +87,7 @@ class SubjectErasure:
             async with self.db.transaction() as tx:
                 page = await repo.sessions_after(tx, tenant_id, subject_id, after, PAGE)
             plan.sessions += [s.id for s in page]
-            plan.conversations += [s.conversation_id for s in page if s.conversation_id is not None]
+            plan.conversation_of |= {s.id: s.conversation_id for s in page if s.conversation_id is not None}
             if len(page) < PAGE:
                 break
             after = page[-1].id
@@ -90,7 +102,26 @@ class SubjectErasure:
             plan.memory_keys[namespace] = keys
         if also:
             plan.also = await self._holding(tenant_id, subject_id, also)
+        await self._skip_held(tenant_id, plan)
         return plan
+
+    async def _skip_held(self, tenant_id: str, plan: Plan) -> None:
+        """Move what a standing hold covers out of the plan into `held` (read only: the erasure itself checks
+        again inside each deleting transaction, so a hold placed after this read still stops it)."""
+        async with self.db.transaction() as tx:
+            sql = InSession(tx)
+            for session_id in [*plan.sessions, *plan.also]:
+                held = await holds_repo.covering(sql, tenant_id, sessions=[session_id], lock=False)
+                if held is not None:
+                    plan.held.append({"hold_id": held.id, "session_id": session_id})
+            for namespace in plan.namespaces:
+                held = await holds_repo.covering(sql, tenant_id, namespaces=[namespace], lock=False)
+                if held is not None:
+                    plan.held.append({"hold_id": held.id, "namespace": namespace})
+        skipped = {h.get("session_id") for h in plan.held} | {h.get("namespace") for h in plan.held}
+        plan.sessions = [s for s in plan.sessions if s not in skipped]
+        plan.also = {s: t for s, t in plan.also.items() if s not in skipped}
+        plan.memory_keys = {n: k for n, k in plan.memory_keys.items() if n not in skipped}
 
     async def _holding(self, tenant_id: str, subject_id: str, texts: Sequence[str]) -> dict[str, list[str]]:
         """Other subjects' sessions whose observations (what a person said or gave) hold one of `texts`, opened a
@@ -118,15 +149,21 @@ class SubjectErasure:
             after = page[-1]
 
     async def erase(self, tenant_id: str, subject_id: str, also: Sequence[str] = ()) -> JobView:
+        async with self.db.transaction() as tx:  # a hold on the whole subject: 409, nothing erased
+            await refuse_subject(InSession(tx), tenant_id, subject_id)
         plan = await self.plan(tenant_id, subject_id, also)
+        held = list(plan.held)
         jobs: list[str] = []
         leaves: list[int] = []
         plaintext = False
         erased_sessions: list[str] = []
         for session_id in plan.sessions:
             try:
-                deleted = await self.sessions.delete(tenant_id, session_id)
+                deleted = await self.sessions.delete(tenant_id, session_id, erasure=True)
             except NotFound:  # deleted meanwhile: nothing of it is left to erase
+                continue
+            except LegalHold as hold:  # placed since the plan read: skipped, like the plan's
+                held.append({"hold_id": hold.hold_id, "session_id": session_id})
                 continue
             erased_sessions.append(session_id)
             leaves += deleted.erased.leaves
@@ -135,17 +172,30 @@ class SubjectErasure:
         tombstoned = 0
         for namespace, keys in plan.memory_keys.items():
             for key in keys:
-                outcome = await self.memory.forget(tenant_id, namespace, key, source="subject_erasure")
+                try:
+                    outcome = await self.memory.forget(tenant_id, namespace, key, source="subject_erasure")
+                except LegalHold as hold:
+                    held.append({"hold_id": hold.hold_id, "namespace": namespace})
+                    break
                 tombstoned += not outcome.already_forgotten
                 leaves += outcome.leaves
                 jobs += [outcome.forget_id] if outcome.forget_id else []
         others = []
         for session_id, texts in plan.also.items():
             for text in texts:  # queued, each a selective replay the forget worker runs: its receipt says when done
-                job = await self.forget.submit(tenant_id, Submission(target={"session_id": session_id, "text": text}))
+                try:
+                    job = await self.forget.submit(
+                        tenant_id, Submission(target={"session_id": session_id, "text": text}))
+                except LegalHold as hold:
+                    held.append({"hold_id": hold.hold_id, "session_id": session_id})
+                    break
                 others.append({"session_id": session_id, "forget_id": job.id})
-        entry = SubjectEntry(subject_id=subject_id, sessions=erased_sessions, conversations=plan.conversations,
-                             namespaces=plan.namespaces, memory_keys=tombstoned, jobs=jobs, also=others)
+        entry = SubjectEntry(
+            subject_id=subject_id, sessions=erased_sessions,
+            conversations=[plan.conversation_of[s] for s in erased_sessions if s in plan.conversation_of],
+            namespaces=[n for n in plan.namespaces if not any(h.get("namespace") == n for h in held)],
+            memory_keys=tombstoned, jobs=jobs, also=others, held=held,
+        )
         shred = sorted(set(leaves))
         # Nothing sealed erased (nothing owned, or only plaintext from before sealing): no promise at rest.
         promised = bool(shred) and not plaintext
@@ -158,6 +208,10 @@ class SubjectErasure:
                 shred_leaves=shred or None,
             )
             await repo.mark_erased(tx, tenant_id, subject_id, job_id)
+            for hold_id in sorted({h["hold_id"] for h in held}):  # releasing the hold runs this erasure again
+                await holds_repo.defer(InSession(tx), tenant_id, hold_id, subject_id)
+                await holds_repo.event(InSession(tx), tenant_id, hold_id, "deferred", None,
+                                       {"subject_id": subject_id, "forget_id": job_id})
         await self.shredder.settle(tenant_id, job_id, shred)  # again for each: a no-op where it happened
         async with self.db.transaction() as tx:
             row = await jobs_repo.get(tx, tenant_id, job_id)

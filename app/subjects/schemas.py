@@ -59,3 +59,8 @@ class SubjectErasePlan(BaseModel):
     namespaces: list[str]
     memory_keys: int = Field(description="Live memory keys that would be tombstoned, each with its cascade")
     also: list[str] = Field(default_factory=list, description="Other subjects' sessions `also.text` would reach")
+    held: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="`{hold_id, session_id}` or `{hold_id, namespace}`: what a standing legal hold keeps out (the "
+        "erasure skips it and is deferred on the hold)",
+    )

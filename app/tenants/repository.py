@@ -68,11 +68,12 @@ async def add_key(db: AsyncSession, tenant_id: str, key_sha256: str, label: str 
     )
 
 
-async def tenant_for_key(db: AsyncSession, key_sha256: str) -> str | None:
-    row = await db.execute(
-        select(ApiKey.tenant_id).where(ApiKey.key_sha256 == key_sha256, ApiKey.revoked_at.is_(None))
-    )
-    return row.scalar_one_or_none()
+async def tenant_for_key(db: AsyncSession, key_sha256: str) -> tuple[str, str] | None:
+    """(tenant id, key id) of a live key."""
+    row = (await db.execute(
+        select(ApiKey.tenant_id, ApiKey.id).where(ApiKey.key_sha256 == key_sha256, ApiKey.revoked_at.is_(None))
+    )).one_or_none()
+    return None if row is None else (row[0], row[1])
 
 
 async def webhook_owner(db: AsyncSession, session_id: str) -> tuple[str, str | None] | None:

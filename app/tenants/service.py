@@ -32,6 +32,7 @@ class Principal:
     """Who is calling: every query of the request is scoped to this tenant."""
 
     tenant_id: str
+    key_id: str | None = None  # the API key's id: what an audit trail names (legal holds)
 
 
 def hash_key(api_key: str) -> str:
@@ -52,7 +53,7 @@ class TenantService:
     def __init__(self, db: Database, *, auth_cache_s: float = 0.0) -> None:
         self.db = db
         self.auth_cache_s = auth_cache_s
-        self._verified: OrderedDict[str, tuple[str, float]] = OrderedDict()  # key hash -> (tenant, valid until)
+        self._verified: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key hash -> (tenant, key, until)
 
     async def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:
@@ -64,19 +65,20 @@ class TenantService:
         digest = hash_key(token)
         now = time.monotonic()
         remembered = self._verified.get(digest)
-        if remembered is not None and remembered[1] > now:
-            return Principal(tenant_id=remembered[0])
+        if remembered is not None and remembered[2] > now:
+            return Principal(tenant_id=remembered[0], key_id=remembered[1])
         async with self.db.single_statement() as session:
-            tenant_id = await repo.tenant_for_key(session, digest)
-        if tenant_id is None:
+            owner = await repo.tenant_for_key(session, digest)
+        if owner is None:
             self._verified.pop(digest, None)
             raise Unauthorized("unknown or revoked API key")
+        tenant_id, key_id = owner
         if self.auth_cache_s > 0:
-            self._verified[digest] = (tenant_id, now + self.auth_cache_s)
+            self._verified[digest] = (tenant_id, key_id, now + self.auth_cache_s)
             self._verified.move_to_end(digest)
             while len(self._verified) > self.MAX_REMEMBERED_KEYS:
                 self._verified.popitem(last=False)
-        return Principal(tenant_id=tenant_id)
+        return Principal(tenant_id=tenant_id, key_id=key_id)
 
     async def create_tenant(self, name: str) -> tuple[str, str]:
         """Create a tenant and its first API key; returns (tenant id, key). The key is never retrievable again."""

@@ -41,6 +41,7 @@ _BODY = {
     openapi_extra=_BODY,
     responses={
         404: problem_doc("The flagged artifact is not in the session"),
+        409: problem_doc("`legal_hold`: a standing legal hold covers the flagged session (`hold_id`); nothing queued"),
         422: problem_doc("A verified body that does not match the schema"),
         503: problem_doc("The model is not loaded yet, or the database connection was lost; retry (Retry-After)"),
     },

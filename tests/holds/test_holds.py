@@ -1,0 +1,195 @@
+"""Legal holds (issue 43; docs/subjects.md, "Legal holds"): while a hold stands, every erasure of what it covers
+answers 409 `legal_hold` naming it, a subject's erasure skips the held part and says so, and releasing the hold runs
+the erasure it deferred. Holds are audited (which key, when). A hold placed while an erasure of the same session is
+in flight is ordered against it: both orders are forced with a row lock, never a sleep.
+
+Against the run's real server, PostgreSQL and tiny model.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.forget.forget_helpers import run_script, user
+from tests.support import HeldLock, problem, sql, until
+
+FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
+
+
+def _subject() -> str:
+    return "held-" + uuid.uuid4().hex[:10]
+
+
+def _hold(client: httpx.Client, **scope: str) -> dict[str, Any]:
+    r = client.post("/v1/holds", json={**scope, "reason": "litigation 2026-114"})
+    assert r.status_code == 201, r.text
+    hold: dict[str, Any] = r.json()
+    assert hold["id"].startswith("hld_") and hold["released_at"] is None
+    assert hold["created_by"] is not None and [e["action"] for e in hold["events"]] == ["placed"]
+    return hold
+
+
+def _refused(response: httpx.Response, hold_id: str) -> None:
+    body = problem(response, 409)
+    assert body["type"].endswith("legal_hold") and body["hold_id"] == hold_id, body
+
+
+def _put_memory(client: httpx.Client, ns: str, key: str, value: Any) -> None:
+    r = client.put(f"/v1/memory/{ns}/{key}", json={"value": value, "source": "user"}, headers={"If-None-Match": "*"})
+    assert r.status_code == 201, r.text
+
+
+def test_held_parts_survive_every_erasure_and_the_release_erases_them(client: httpx.Client) -> None:
+    alice = _subject()
+    ns = "held-" + uuid.uuid4().hex[:8]
+    kept, ids = run_script(client, [[user("Alice's contract, clause 7.")]], FAST, subject_id=alice)
+    gone, _ = run_script(client, [[user("Alice likes tea.")]], FAST, subject_id=alice)
+    _put_memory(client, ns, "case", {"file": "2026-114"})
+    assert client.put(f"/v1/subjects/{alice}", json={"memory_namespaces": [ns]}).status_code == 200
+    on_session, on_namespace = _hold(client, session_id=kept), _hold(client, namespace=ns)
+
+    # Every erasure of a held part: refused, naming the hold; nothing changed.
+    _refused(client.delete(f"/v1/sessions/{kept}"), on_session["id"])
+    _refused(client.post("/v1/forget", json={"target": {"artifact_id": ids[0][0]}}), on_session["id"])
+    _refused(client.post("/v1/forget", json={"target": {"session_id": kept, "text": "clause 7"}}), on_session["id"])
+    _refused(client.delete(f"/v1/memory/{ns}/case"), on_namespace["id"])
+    # A dry run is not an erasure: it answers, and says what is held.
+    assert client.post("/v1/forget", json={"target": {"artifact_id": ids[0][0]}, "dry_run": True}).status_code == 200
+
+    plan = client.post(f"/v1/subjects/{alice}/erase", json={"dry_run": True}).json()
+    assert plan["sessions"] == [gone] and plan["memory_keys"] == 0
+    assert plan["held"] == [{"hold_id": on_session["id"], "session_id": kept},
+                            {"hold_id": on_namespace["id"], "namespace": ns}]
+    erased = client.post(f"/v1/subjects/{alice}/erase", json={})
+    assert erased.status_code == 200, erased.text
+    receipt = erased.json()["subject"]
+    assert receipt["sessions"] == [gone] and receipt["namespaces"] == [] and receipt["memory_keys"] == 0
+    assert receipt["held"] == plan["held"]
+    problem(client.get(f"/v1/sessions/{gone}"), 404)
+    assert client.get(f"/v1/sessions/{kept}").status_code == 200
+    assert client.get(f"/v1/memory/{ns}/case").json()["value"] == {"file": "2026-114"}
+
+    audit = client.get(f"/v1/holds/{on_session['id']}").json()
+    assert audit["deferred"] == [alice]
+    assert [e["action"] for e in audit["events"]] == ["placed", "deferred"]
+    assert audit["events"][1]["detail"] == {"subject_id": alice, "forget_id": erased.json()["id"]}
+
+    # Release one hold: its part is erased now; the part the other still holds waits on that one.
+    released = client.delete(f"/v1/holds/{on_session['id']}")
+    assert released.status_code == 200, released.text
+    assert released.json()["released_at"] is not None and released.json()["released_by"] == audit["created_by"]
+    [rerun] = released.json()["erasures"]
+    assert released.json()["deferred"] == []
+    problem(client.get(f"/v1/sessions/{kept}"), 404)
+    assert client.get(f"/v1/forget/{rerun}").json()["subject"]["sessions"] == [kept]
+    assert client.get(f"/v1/memory/{ns}/case").status_code == 200
+    assert client.get(f"/v1/holds/{on_namespace['id']}").json()["deferred"] == [alice]
+
+    last = client.delete(f"/v1/holds/{on_namespace['id']}").json()
+    assert len(last["erasures"]) == 1 and [e["action"] for e in last["events"]][-1] == "released"
+    gone_key = client.get(f"/v1/memory/{ns}/case")
+    assert gone_key.status_code == 404 and gone_key.json().get("forgotten") is True
+    again = client.delete(f"/v1/holds/{on_namespace['id']}")  # a release again runs nothing and changes nothing
+    assert again.status_code == 200 and again.json()["erasures"] == []
+    assert again.json()["released_at"] == last["released_at"]
+
+
+def test_a_hold_on_the_subject_refuses_its_erasure_and_the_deletion_of_their_sessions(
+    client: httpx.Client,
+) -> None:
+    bob, other = _subject(), _subject()
+    session, _ = run_script(client, [[user("Bob's claim.")]], FAST, subject_id=bob)
+    conv = client.post("/v1/conversations", json={"metadata": {"lethe_subject_id": bob}})
+    unrelated, _ = run_script(client, [[user("Someone else.")]], FAST, subject_id=other)
+    hold = _hold(client, subject_id=bob)
+
+    _refused(client.post(f"/v1/subjects/{bob}/erase", json={}), hold["id"])
+    _refused(client.delete(f"/v1/sessions/{session}"), hold["id"])
+    refused = client.delete(f"/v1/conversations/{conv.json()['id']}")  # OpenAI's error shape, the same status
+    assert refused.status_code == 409, refused.text
+    assert client.get(f"/v1/subjects/{bob}").json()["sessions"] == 2
+    assert client.delete(f"/v1/sessions/{unrelated}").status_code == 204  # others are not held
+
+    assert client.delete(f"/v1/holds/{hold['id']}").json()["erasures"] == []  # nothing was deferred: it was refused
+    assert client.post(f"/v1/subjects/{bob}/erase", json={}).status_code == 200
+    problem(client.get(f"/v1/sessions/{session}"), 404)
+
+
+def test_a_hold_may_come_before_the_data(client: httpx.Client) -> None:
+    carol = _subject()
+    hold = _hold(client, subject_id=carol)  # the subject is made by the hold
+    assert client.get(f"/v1/subjects/{carol}").json()["sessions"] == 0
+    session, _ = run_script(client, [[user("Carol's first message.")]], FAST, subject_id=carol)
+    _refused(client.delete(f"/v1/sessions/{session}"), hold["id"])
+
+
+def test_bad_input_and_other_tenants(client: httpx.Client, other_tenant: httpx.Client) -> None:
+    session = client.post("/v1/sessions", json={}).json()["id"]
+    for body in ({"reason": "x"}, {"session_id": session, "namespace": "n", "reason": "x"},
+                 {"session_id": session}, {"session_id": session, "reason": ""},
+                 {"session_id": session, "reason": "x" * 2001}, {"subject_id": "-bad", "reason": "x"},
+                 {"namespace": "bad/ns", "reason": "x"}, {"session_id": session, "reason": "x", "extra": 1}):
+        problem(client.post("/v1/holds", json=body), 422)
+    problem(client.post("/v1/holds", json={"session_id": "ses_" + "0" * 26, "reason": "x"}), 404)
+    problem(other_tenant.post("/v1/holds", json={"session_id": session, "reason": "x"}), 404)
+    hold = _hold(client, session_id=session)
+    problem(other_tenant.get(f"/v1/holds/{hold['id']}"), 404)
+    problem(other_tenant.delete(f"/v1/holds/{hold['id']}"), 404)
+    problem(other_tenant.delete(f"/v1/sessions/{session}"), 404)
+    for missing in ("hld_" + "0" * 26, "nope"):
+        problem(client.get(f"/v1/holds/{missing}"), 404)
+        problem(client.delete(f"/v1/holds/{missing}"), 404)
+    assert client.get(f"/v1/holds/{hold['id']}").json()["released_at"] is None  # nothing above touched it
+
+
+def _advisory_waiters(database_url: str) -> int:
+    rows = sql(database_url, "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event = 'advisory'")
+    return int(rows[0]["n"])
+
+
+@pytest.mark.parametrize("first", ["hold", "erase"])
+def test_a_hold_and_a_deletion_of_the_same_session_are_ordered(
+    client: httpx.Client, database_url: str, first: str
+) -> None:
+    """The one that first takes the session's hold lock wins, the other sees its outcome: never a deleted session
+    under a hold. Parked with a lock on the tenant's row (inserting a hold or a deletion's job takes its key share
+    lock), the first is provably inside its transaction, holding the scope, when the second starts."""
+    session = client.post("/v1/sessions", json={"system_prompt": "held or gone"}).json()["id"]
+    [owner] = sql(database_url, "SELECT tenant_id FROM sessions WHERE id = $1", session)
+    answers: dict[str, httpx.Response] = {}
+
+    def send(name: str, method: str, path: str, **kwargs: Any) -> threading.Thread:
+        def call() -> None:
+            with httpx.Client(base_url=str(client.base_url), headers=dict(client.headers), timeout=300) as own:
+                answers[name] = own.request(method, path, **kwargs)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        return thread
+
+    hold_body = {"json": {"session_id": session, "reason": "ordered"}}
+    with HeldLock(database_url, "SELECT id FROM tenants WHERE id = $1 FOR UPDATE", owner["tenant_id"]) as lock:
+        if first == "hold":
+            threads = [send("hold", "POST", "/v1/holds", **hold_body)]
+            lock.wait_blocked(1)  # the hold's insert: it holds the scope's exclusive lock
+            threads.append(send("erase", "DELETE", f"/v1/sessions/{session}"))
+        else:
+            threads = [send("erase", "DELETE", f"/v1/sessions/{session}")]
+            lock.wait_blocked(1)  # the deletion's job insert: it holds the scope's shared lock, past its check
+            threads.append(send("hold", "POST", "/v1/holds", **hold_body))
+        until(lambda: _advisory_waiters(database_url) >= 1, "the second request waits for the scope's lock")
+    for thread in threads:
+        thread.join()
+    if first == "hold":
+        assert answers["hold"].status_code == 201, answers["hold"].text
+        _refused(answers["erase"], answers["hold"].json()["id"])
+        assert client.get(f"/v1/sessions/{session}").status_code == 200
+    else:
+        assert answers["erase"].status_code == 204, answers["erase"].text
+        problem(answers["hold"], 404)
+        problem(client.get(f"/v1/sessions/{session}"), 404)
