@@ -28,6 +28,7 @@ from app.observability.metrics import Metrics
 from app.openai_compat.chat import ChatService
 from app.openai_compat.service import CompatService
 from app.policies import build_policies
+from app.retention.service import RetentionService
 from app.sessions.service import SessionService
 from app.settings import Settings
 from app.subjects.erasure import SubjectErasure
@@ -69,6 +70,7 @@ class Services:
     subjects: SubjectService
     subject_erasure: SubjectErasure
     holds: HoldService
+    retention: RetentionService
 
 
 @dataclass
@@ -120,7 +122,8 @@ class Container:
             on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
             sealer=sealer, shredder=self.shredder, horizon_s=horizon_s,
         ))
-        erasure = SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder, horizon_s=horizon_s)
+        erasure = SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder, horizon_s=horizon_s,
+                                 metrics=self.metrics)
         self.services = Services(
             sessions=sessions,
             forget=forget,
@@ -135,6 +138,8 @@ class Container:
             subjects=SubjectService(self.db, sealer),
             subject_erasure=erasure,
             holds=HoldService(self.db, erasure),
+            retention=RetentionService(self.db, sealer, sessions, memory, self.shredder, self.metrics,
+                                       horizon_s=horizon_s, sweep_s=settings.retention_sweep_s),
         )
 
     def forget_worker(self) -> ForgetWorker:
@@ -142,5 +147,5 @@ class Container:
         return ForgetWorker(
             self.db, self.metrics, self.services.forget_executor, lease_s=settings.forget_lease_s,
             poll_s=settings.forget_poll_s, ready=lambda: self.engine.ready, wake=self.forget_wake,
-            shredder=self.shredder,
+            shredder=self.shredder, retention=self.services.retention.sweep,
         )

@@ -34,6 +34,7 @@ from app.mcp.mount import McpMount
 from app.memory import endpoints as memory
 from app.observability.metrics import Metrics
 from app.openai_compat import endpoints as openai_compat
+from app.retention import endpoints as retention
 from app.sessions import endpoints as sessions
 from app.settings import Settings
 from app.subjects import endpoints as subjects
@@ -136,7 +137,8 @@ def create_app(
     )
     install_problem_handlers(app)
     app.include_router(health.router)
-    for router in (sessions.router, forget.router, memory.router, threads.router, subjects.router, holds.router):
+    for router in (sessions.router, forget.router, memory.router, threads.router, subjects.router, holds.router,
+                   retention.router):
         app.include_router(router, responses=V1_ERRORS)
     app.include_router(openai_compat.router)  # its own error documents (OpenAI's shape)
     app.include_router(webhooks.router, responses={

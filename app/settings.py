@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         description="The local key store (key_provider local); unset: <data_dir>/keys. Every process of a machine "
         "serving one database must use the same one; put it on a volume whose encryption key you can destroy.",
     )
+    retention_sweep_s: float = Field(
+        default=3600.0, ge=1.0, le=7 * 86400,
+        description="How often each tenant's retention sweep runs (docs/subjects.md, Retention); setting a policy "
+        "runs one at once.",
+    )
     erasure_horizon_s: int = Field(
         default=300, ge=1, le=7 * 86400,
         description="The most time from a forget's success to the destruction, in the key provider, of every key "

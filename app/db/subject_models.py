@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, String, func
+from sqlalchemy import DateTime, ForeignKey, Integer, String, func
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -29,3 +29,28 @@ class Subject(Base):
     )
     erased_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     erase_forget_id: Mapped[str | None] = mapped_column(String(40))
+
+
+class RetentionPolicy(Base):
+    """A tenant's retention limits (`subject_id` ''), or one subject's override (migration 0024). NULL: no limit
+    (an override's NULL defers to the tenant's)."""
+
+    __tablename__ = "retention_policies"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    subject_id: Mapped[str] = mapped_column(String(200), primary_key=True, server_default="")
+    sessions_max_idle_days: Mapped[int | None] = mapped_column(Integer)
+    memory_max_age_days: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class RetentionSweep(Base):
+    """When a tenant's next retention sweep is due, and the process holding it (a lease)."""
+
+    __tablename__ = "retention_sweeps"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    next_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    lease_owner: Mapped[str | None] = mapped_column(String(80))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_forget_id: Mapped[str | None] = mapped_column(String(40))

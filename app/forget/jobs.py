@@ -12,6 +12,7 @@ from app.forget.receipts import (
     JobReceipt,
     MemoryEntry,
     PendingInput,
+    RetentionEntry,
     SessionEntry,
     SideEffect,
     SubjectEntry,
@@ -86,6 +87,7 @@ class JobView:
     pending: PendingInput | None = None
     derived_memory: list[DerivedMemory] = field(default_factory=list)
     subject: SubjectEntry | None = None
+    retention: RetentionEntry | None = None
     duration_ms: int | None = None
     erasure: Erasure | None = None
     error: str | None = None
@@ -114,6 +116,7 @@ def view_of(job: ForgetJob) -> JobView:
         pending=receipt.pending,
         derived_memory=receipt.derived_memory,
         subject=receipt.subject,
+        retention=receipt.retention,
         duration_ms=receipt.duration_ms,
         erasure=erasure_of(job, receipt),
         error=job.error,

@@ -108,6 +108,16 @@ class SubjectEntry(BaseModel):
     held: list[dict[str, str]] = Field(default_factory=list)
 
 
+class RetentionEntry(BaseModel):
+    """A retention sweep (app/retention/): what expired and was erased, by id and count, and what a legal hold kept
+    ({hold_id, session_id | namespace, key})."""
+
+    sessions: list[str] = Field(default_factory=list)  # erased whole, each through its own deletion job
+    memory_keys: int = 0  # tombstoned, each with its own cascade job
+    jobs: list[str] = Field(default_factory=list)
+    held: list[dict[str, str]] = Field(default_factory=list)
+
+
 class JobReceipt(BaseModel):
     """A job's receipt as stored while it runs and once it ended."""
 
@@ -119,6 +129,7 @@ class JobReceipt(BaseModel):
     committed_side_effects: list[SideEffect] = Field(default_factory=list)
     derived_memory: list[DerivedMemory] = Field(default_factory=list)
     subject: SubjectEntry | None = None  # a data subject's erasure
+    retention: RetentionEntry | None = None  # a retention sweep
     pending: PendingInput | None = None  # the call a needs_input job waits on
     # The client's answers to calls a replay made anew (tool call id → result), until the job ends; stored as
     # `inputs`, the key jobs have always stored them under.

@@ -222,6 +222,15 @@ class SubjectReceipt(BaseModel):
     )
 
 
+class RetentionReceipt(BaseModel):
+    sessions: list[str] = Field(description="Idle sessions past their limit, erased whole")
+    memory_keys: int = Field(description="Memory keys past their age limit, tombstoned (each with its own cascade)")
+    jobs: list[str] = Field(description="The jobs that did it: each session deletion's and each key's")
+    held: list[dict[str, str]] = Field(
+        description="`{hold_id, session_id}` or `{hold_id, namespace, key}`: expired, kept by a standing legal hold"
+    )
+
+
 class PendingCall(BaseModel):
     session_id: str
     tool_call: dict[str, Any] = Field(description="`{id, name, arguments}` of the call the counterfactual makes")
@@ -255,6 +264,8 @@ class ForgetJobOut(BaseModel):
         "(`namespace`, `key`, `tombstone_version`, `forget_id` of their own cascade)",
     )
     subject: SubjectReceipt | None = Field(default=None, description="A data subject's erasure: what it erased")
+    retention: RetentionReceipt | None = Field(
+        default=None, description="A retention sweep (strategy `retention`): what expired and was erased")
     duration_ms: int | None = None
     erasure: ErasureReceipt | None = Field(
         default=None,

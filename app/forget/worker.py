@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from app.db.database import Database
 from app.db.models import ForgetJob
@@ -41,8 +41,11 @@ class ForgetWorker:
         ready: Callable[[], bool] = lambda: True,
         wake: asyncio.Event | None = None,
         shredder: Shredder | None = None,
+        retention: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.db = db
+        # A due retention sweep, run on every poll (app/retention/: leased per tenant, so one process runs each).
+        self.retention = retention
         self.shredder = shredder  # retries pending shreds on every poll (app/forget/shredding.py)
         self.metrics = metrics
         self.executor = executor
@@ -76,6 +79,8 @@ class ForgetWorker:
                 pending = (await self.shredder.pending(sql)).values()
             self.metrics.erasure_pending.set(sum(p.jobs for p in pending))
             self.metrics.erasure_oldest_pending.set(max((p.oldest_s for p in pending), default=0.0))
+        if self.retention is not None:  # it needs no model either: deletions and tombstones
+            await self.retention(self.owner)
         if not self.ready():
             return False
         async with self.db.transaction() as tx:

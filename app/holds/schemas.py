@@ -11,7 +11,6 @@ from app.ids import SUBJECT_ID_PATTERN
 from app.memory.schemas import NAMESPACE_PATTERN
 from app.request_model import RequestModel
 
-
 SCOPES = ("subject_id", "session_id", "namespace")
 
 

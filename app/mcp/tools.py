@@ -1,5 +1,6 @@
-"""The MCP tools and resources: memory (read, conditional write, forget, list, history) and forgetting (plan, then
-confirm, for a session artifact or a text), with every forget's receipt readable as a resource.
+"""The MCP tools and resources: memory (read, conditional write, forget, list, history), forgetting (plan, then
+confirm, for a session artifact or a text) and data subjects (the access request's export, the erasure's plan, then
+its confirmation), with every forget's receipt readable as a resource.
 
 Each call runs as the tenant whose API key the request carried (mount.py puts it in the request's scope) through the
 same services as the HTTP API, so every rule holds here too: a write names the version its writer saw and loses if
@@ -26,7 +27,10 @@ from app.container import Container
 from app.errors import LetheError, NotFound
 from app.forget.jobs import JobView, Submission
 from app.forget.schemas import job_out
+from app.ids import SUBJECT_ID_PATTERN
 from app.memory.service import Forgotten
+from app.subjects.schemas import MAX_ALSO
+from app.subjects.service import SubjectService
 
 SCOPE_KEY = "lethe.mcp"  # what mount.py leaves in the request's ASGI scope: the container and the tenant
 T = TypeVar("T")
@@ -35,6 +39,14 @@ Namespace = Annotated[str, Field(min_length=1, max_length=200, description="A me
 Key = Annotated[str, Field(min_length=1, max_length=200, description="A key in the namespace")]
 SessionId = Annotated[str, Field(min_length=1, max_length=64, description="The session (ses_...) to forget in")]
 Strategy = Literal["selective_replay", "full_reset", "delete_dependents"]
+SubjectId = Annotated[str, Field(min_length=1, max_length=200, pattern=SUBJECT_ID_PATTERN,
+                                 description="A data subject: your id for the person (an account id, a customer "
+                                 "number; letters, digits and ._:@+=-)")]
+AlsoText = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=1000)]] | None,
+    Field(max_length=MAX_ALSO, description="What the person said inside other people's sessions (a shared support "
+          "session): each session holding one of these texts is forgotten of it by selective replay"),
+]
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,8 @@ def build() -> MCPServer:
         "to the one that never saw what was forgotten. Read a key before writing it: a write names the version it "
         "read (0 for a new key). Plan a forget before confirming it.",
     )
-    for tool in (memory_read, memory_write, memory_forget, memory_list, memory_history, forget_plan, forget_confirm):
+    for tool in (memory_read, memory_write, memory_forget, memory_list, memory_history, forget_plan, forget_confirm,
+                 subject_export, subject_erase_plan, subject_erase_confirm):
         server.add_tool(tool)
     server.resource("lethe://forget/{job_id}", name="forget-receipt", mime_type="application/json",
                     description="A forget job and its receipt")(forget_receipt)
@@ -204,6 +217,38 @@ async def forget_confirm(
     """Forget, for real: the session afterwards equals the one that never saw the target. Answers once the job ended
     (or, if it runs longer than the server's wait, as it stands: read its receipt resource later)."""
     return await _forget(ctx, session_id, artifact_id, text, strategy, False, reason)
+
+
+async def _export(subjects: SubjectService, tenant_id: str, subject_id: str) -> dict[str, Any]:
+    """The streamed document, gathered: a tool answers one JSON object (an unknown subject fails before any byte)."""
+    chunks = await subjects.export(tenant_id, subject_id)
+    document: dict[str, Any] = json.loads(b"".join([chunk async for chunk in chunks]))
+    return document
+
+
+async def subject_export(subject_id: SubjectId, ctx: Context) -> dict[str, Any]:
+    """Everything held about a data subject (an access request): their sessions with each live artifact, their
+    namespaces' live memory, and past forgets as ids and counts. Erased content is not held, so not in it."""
+    who = caller(ctx)
+    return await answer(_export(who.container.services.subjects, who.tenant_id, subject_id))
+
+
+async def subject_erase_plan(subject_id: SubjectId, ctx: Context, also_text: AlsoText = None) -> dict[str, Any]:
+    """Plan a data subject's erasure without doing it (a dry run): the sessions that would be deleted whole, the
+    namespaces whose live keys would be tombstoned, other sessions `also_text` reaches, and what a legal hold keeps
+    out (`held`). Nothing changes; confirm with subject_erase_confirm."""
+    who = caller(ctx)
+    plan = await answer(who.container.services.subject_erasure.plan(who.tenant_id, subject_id, also_text or []))
+    return plan.out().model_dump(mode="json")
+
+
+async def subject_erase_confirm(subject_id: SubjectId, ctx: Context, also_text: AlsoText = None) -> dict[str, Any]:
+    """Erase everything a data subject owns, for real: each of their sessions deleted whole, every live key of their
+    namespaces tombstoned; answers the finished forget job whose `subject` names it all (its receipt is a resource).
+    A legal hold on the subject refuses it (status 409, type legal_hold, `hold_id`)."""
+    who = caller(ctx)
+    erasure = who.container.services.subject_erasure
+    return job(await answer(erasure.erase(who.tenant_id, subject_id, also_text or [])))
 
 
 async def forget_receipt(job_id: str, ctx: Context) -> str:

@@ -112,6 +112,17 @@ class Metrics:
             ["affinity"], registry=self.registry,
         )
 
+        # Data-subject erasures and retention (docs/subjects.md): what each erased, by why: `subject` (an erasure
+        # request), `retention` (the sweep); `kind` is session or memory_key; `held` counts what a hold kept.
+        self.erasures = Counter(
+            "lethe_erasures_total", "Sessions and memory keys erased, by reason (subject, retention) and kind.",
+            ["reason", "kind"], registry=self.registry,
+        )
+        self.erasures_held = Counter(
+            "lethe_erasures_held_total", "Parts an erasure skipped because a legal hold covers them, by reason.",
+            ["reason"], registry=self.registry,
+        )
+
         # Read replicas (app/db/replicas.py): where reads that may leave the primary went, and how far behind each
         # replica is (untokened reads see that lag; tokened ones wait for it or read the primary).
         self.reads = Counter(

@@ -89,8 +89,5 @@ async def erase_subject(
 ) -> ForgetJobOut | SubjectErasePlan:
     also = [] if body.also is None else body.also.text
     if body.dry_run:
-        plan = await erasure.plan(principal.tenant_id, subject_id, also)
-        return SubjectErasePlan(subject_id=plan.subject_id, sessions=plan.sessions, conversations=plan.conversations,
-                                namespaces=plan.namespaces, memory_keys=sum(map(len, plan.memory_keys.values())),
-                                also=list(plan.also), held=plan.held)
+        return (await erasure.plan(principal.tenant_id, subject_id, also)).out()
     return job_out(await erasure.erase(principal.tenant_id, subject_id, also))

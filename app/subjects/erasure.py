@@ -40,8 +40,10 @@ from app.holds.guard import refuse_subject
 from app.ids import new_id
 from app.keys.content import Sealer
 from app.memory.service import MemoryService
+from app.observability.metrics import Metrics
 from app.sessions.service import SessionService
 from app.subjects import repository as repo
+from app.subjects.schemas import SubjectErasePlan
 
 STRATEGY = "subject_erase"
 PAGE = 200
@@ -64,10 +66,16 @@ class Plan:
     def conversations(self) -> list[str]:
         return [self.conversation_of[s] for s in self.sessions if s in self.conversation_of]
 
+    def out(self) -> SubjectErasePlan:
+        """What a dry run answers (the HTTP route and the MCP tool)."""
+        return SubjectErasePlan(subject_id=self.subject_id, sessions=self.sessions, conversations=self.conversations,
+                                namespaces=self.namespaces, memory_keys=sum(map(len, self.memory_keys.values())),
+                                also=list(self.also), held=self.held)
+
 
 class SubjectErasure:
     def __init__(self, db: Database, sealer: Sealer, sessions: SessionService, memory: MemoryService,
-                 forget: ForgetService, shredder: Shredder, *, horizon_s: int) -> None:
+                 forget: ForgetService, shredder: Shredder, *, horizon_s: int, metrics: Metrics | None = None) -> None:
         self.db = db
         self.sealer = sealer
         self.sessions = sessions
@@ -75,6 +83,7 @@ class SubjectErasure:
         self.forget = forget
         self.shredder = shredder
         self.horizon_s = horizon_s
+        self.metrics = metrics
 
     async def plan(self, tenant_id: str, subject_id: str, also: Sequence[str] = ()) -> Plan:
         async with self.db.transaction() as tx:
@@ -213,6 +222,10 @@ class SubjectErasure:
                 await holds_repo.event(InSession(tx), tenant_id, hold_id, "deferred", None,
                                        {"subject_id": subject_id, "forget_id": job_id})
         await self.shredder.settle(tenant_id, job_id, shred)  # again for each: a no-op where it happened
+        if self.metrics is not None:
+            self.metrics.erasures.labels(reason="subject", kind="session").inc(len(erased_sessions))
+            self.metrics.erasures.labels(reason="subject", kind="memory_key").inc(tombstoned)
+            self.metrics.erasures_held.labels(reason="subject").inc(len(held))
         async with self.db.transaction() as tx:
             row = await jobs_repo.get(tx, tenant_id, job_id)
         assert row is not None

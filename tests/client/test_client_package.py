@@ -1,6 +1,6 @@
 """The Python client installs and works alone: `pip install ./clients/python` into a fresh virtualenv (no system
 site-packages, no server, no framework), then a memory round trip with `LetheClient` and `AsyncLetheClient` against
-the live server.
+the live server, and a data subject's calls (link, export, erasure plan and confirmation, legal holds) with both.
 
 The venv is made once per module; `pip install` reaches PyPI (or pip's cache) for httpx, pydantic and their
 dependencies. The client's source is copied to a temporary directory first, so pip's build leaves nothing in the
@@ -128,6 +128,109 @@ def test_client_installs_alone_and_round_trips_memory(
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "client package ok" in ran.stdout
+
+
+SUBJECTS_SCRIPT = textwrap.dedent(
+    """
+    import asyncio
+    import io
+    import json
+    import os
+    import uuid
+
+    from lethe_client import AsyncLetheClient, LetheClient, NotFound
+    from lethe_client.errors import LegalHold
+
+    URL, KEY = os.environ["LETHE_URL"], os.environ["LETHE_KEY"]
+
+
+    def sync_subject() -> None:
+        # ':' and '@' are allowed in a subject id and must survive as one path segment.
+        subject, ns = "client:" + uuid.uuid4().hex[:8] + "@example.com", "client-subj-" + uuid.uuid4().hex[:8]
+        with LetheClient(URL, KEY, timeout=60) as lethe:
+            assert lethe.put_subject(subject, [ns])["memory_namespaces"] == [ns]
+            session = lethe.create_session(subject_id=subject)["id"]
+            lethe.post_turn(session, [{"type": "user", "content": "My code is QZ-4417."}], generate=False)
+            lethe.put(ns, "diet", "vegan", if_none_match=True)
+            assert lethe.get_subject(subject)["session_ids"] == [session]
+
+            exported = lethe.export_subject(subject)
+            assert [s["id"] for s in exported["sessions"]] == [session], exported
+            assert "QZ-4417" in json.dumps(exported) and exported["memory"][0]["value"] == "vegan"
+            streamed = io.BytesIO()
+            assert lethe.export_subject_to(subject, streamed) == len(streamed.getvalue())
+            assert json.loads(streamed.getvalue())["sessions"] == exported["sessions"]
+
+            plan = lethe.subject_erase_plan(subject)
+            assert (plan["dry_run"], plan["sessions"], plan["memory_keys"]) == (True, [session], 1), plan
+            hold = lethe.place_hold(subject_id=subject, reason="litigation")
+            try:
+                lethe.subject_erase_confirm(subject, reason="the person asked")
+            except LegalHold as held:
+                assert held.hold_id == hold["id"], held.problem
+            else:
+                raise AssertionError("an erasure under a legal hold ran")
+            assert lethe.release_hold(hold["id"])["released_at"] is not None
+
+            done = lethe.subject_erase_confirm(subject, reason="the person asked")
+            assert done["status"] == "succeeded" and done["subject"]["sessions"] == [session], done
+            try:
+                lethe.get_session(session)
+            except NotFound:
+                pass
+            else:
+                raise AssertionError("an erased session was read")
+            try:
+                lethe.export_subject_to("client-nobody-" + uuid.uuid4().hex[:8], streamed)
+            except NotFound:
+                pass
+            else:
+                raise AssertionError("an unknown subject exported")
+
+
+    async def async_subject() -> None:
+        subject = "client-" + uuid.uuid4().hex[:8]
+        async with AsyncLetheClient(URL, KEY, timeout=60) as lethe:
+            session = (await lethe.create_session(subject_id=subject))["id"]
+            streamed = io.BytesIO()
+            assert await lethe.export_subject_to(subject, streamed) > 0
+            assert json.loads(streamed.getvalue())["sessions"][0]["id"] == session
+            assert (await lethe.export_subject(subject))["subject"]["id"] == subject
+            plan = await lethe.subject_erase_plan(subject, also_text=["said-nowhere-" + uuid.uuid4().hex[:8]])
+            assert (plan["sessions"], plan["also"]) == ([session], []), plan
+            hold = await lethe.place_hold(session_id=session, reason="litigation")
+            assert (await lethe.get_hold(hold["id"]))["session_id"] == session
+            done = await lethe.subject_erase_confirm(subject)  # the held session is skipped, and deferred on the hold
+            assert done["subject"]["held"] == [{"hold_id": hold["id"], "session_id": session}], done
+            assert (await lethe.get_subject(subject))["session_ids"] == [session]
+            released = await lethe.release_hold(hold["id"])
+            assert len(released["erasures"]) == 1, released
+            try:
+                await lethe.get_session(session)
+            except NotFound:
+                pass
+            else:
+                raise AssertionError("the deferred erasure did not run on release")
+
+
+    sync_subject()
+    asyncio.run(async_subject())
+    print("client subjects ok")
+    """
+)
+
+
+def test_client_calls_a_data_subjects_routes(client_python: Path, live_server: LiveServer, tmp_path: Path) -> None:
+    script = tmp_path / "subjects.py"
+    script.write_text(SUBJECTS_SCRIPT, encoding="utf-8")
+    ran = subprocess.run(
+        [str(client_python), str(script)],
+        cwd=tmp_path,
+        env=_isolated_env(LETHE_URL=live_server.base_url, LETHE_KEY=BOOTSTRAP_KEY),
+        capture_output=True, text=True, timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "client subjects ok" in ran.stdout
 
 
 INSPECT = textwrap.dedent(

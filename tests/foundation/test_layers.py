@@ -39,7 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 400
 
-DOMAINS = ("sessions", "forget", "memory", "webhooks", "tenants", "openai_compat", "threads", "subjects", "holds")
+DOMAINS = (
+    "sessions", "forget", "memory", "webhooks", "tenants", "openai_compat", "threads", "subjects", "holds", "retention",
+)
 LAYERS: dict[str, int] = {
     "app.ids": 0, "app.text": 0, "app.errors": 0, "app.settings": 0, "app.pagination": 0, "app.observability": 0,
     "app.tool_calls": 0, "app.request_model": 0, "app.registry": 0,
@@ -47,12 +49,13 @@ LAYERS: dict[str, int] = {
     "app.sessions.repositories": 1, "app.forget.repositories": 1, "app.memory.repositories": 1,
     "app.tenants.repository": 1, "app.openai_compat.repository": 1, "app.threads.repositories": 1,
     "app.subjects.repository": 1, "app.holds.repository": 1, "app.holds.guard": 1,
+    "app.retention.repository": 1,
     "app.engine": 2, "app.memory": 2, "app.tenants": 2, "app.threads": 2,
     "app.runtime": 3,
     "app.sessions": 4,
     "app.forget": 5, "app.policies": 5, "app.sessions.schemas": 5,
     "app.webhooks": 6, "app.openai_compat": 6, "app.keys.admin": 6, "app.subjects": 6,
-    "app.holds": 6,
+    "app.holds": 6, "app.retention": 6,
     "app.container": 7,
     "app.web": 8,
     **{f"app.{domain}.endpoints": 9 for domain in DOMAINS},

@@ -3,7 +3,8 @@ and through an OpenAI Agents SDK agent (`MCPServerStreamableHttp`), with the ten
 
 Memory: read, conditional write (a stale version is a tool error carrying what a 412 carries), forget, list and
 history. Forgetting: a plan (dry run, nothing changes) and its confirmation for a session's text and for an artifact,
-and the receipt as a resource. Tenancy: no key, no MCP; another tenant's key reaches nothing of this one's.
+and the receipt as a resource. Data subjects: the export, the erasure's plan and its confirmation (refused under a
+legal hold). Tenancy: no key, no MCP; another tenant's key reaches nothing of this one's.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ async def test_memory_tools_keep_versions_and_tombstones(served: LetheServer) ->
     async with connected(served) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert names == {"memory_read", "memory_write", "memory_forget", "memory_list", "memory_history",
-                         "forget_plan", "forget_confirm"}
+                         "forget_plan", "forget_confirm", "subject_export", "subject_erase_plan",
+                         "subject_erase_confirm"}
         assert (await call(client, "memory_read", namespace=namespace, key="diet"))["version"] == 0
         first = await call(client, "memory_write", namespace=namespace, key="diet", value="vegan", base_version=0)
         assert first == {"namespace": namespace, "key": "diet", "version": 1, "created": True}
@@ -127,6 +129,50 @@ async def test_forget_plan_then_confirm_with_the_receipt_as_a_resource(served: L
             both = await refused(client, "forget_plan", session_id=session, artifact_id=paris, text="x")
             assert both["status"] == 422
             missing = await refused(client, "forget_confirm", session_id=session, artifact_id="art_" + "0" * 26)
+            assert missing["status"] == 404
+
+
+async def test_subject_tools_export_plan_and_erase_what_a_person_owns(served: LetheServer) -> None:
+    subject, namespace = "mcp-user-" + uuid.uuid4().hex[:8], "mcp-" + uuid.uuid4().hex[:8]
+    headers = {"Authorization": f"Bearer {BOOTSTRAP_KEY}"}
+    async with httpx.AsyncClient(base_url=served.url, headers=headers, timeout=300) as native:
+        session = (await native.post("/v1/sessions", json={"subject_id": subject})).json()["id"]
+        said = await native.post(f"/v1/sessions/{session}/turns", json={
+            "inputs": [{"type": "user", "content": f"My code is {SECRET}."}], "generate": False})  # no model needed
+        assert said.status_code == 200, said.text
+        linked = await native.put(f"/v1/subjects/{subject}", json={"memory_namespaces": [namespace]})
+        assert linked.status_code == 200, linked.text  # the session made the subject
+
+        async with connected(served) as client:
+            await call(client, "memory_write", namespace=namespace, key="diet", value="vegan", base_version=0)
+            exported = await call(client, "subject_export", subject_id=subject)
+            assert exported["subject"]["id"] == subject and [s["id"] for s in exported["sessions"]] == [session]
+            assert SECRET in json.dumps(exported["sessions"])
+            assert [(m["key"], m["value"]) for m in exported["memory"]] == [("diet", "vegan")]
+
+            plan = await call(client, "subject_erase_plan", subject_id=subject)
+            assert plan == {"subject_id": subject, "dry_run": True, "sessions": [session], "conversations": [],
+                            "namespaces": [namespace], "memory_keys": 1, "also": [], "held": []}
+            assert (await native.get(f"/v1/sessions/{session}")).status_code == 200  # a plan changes nothing
+
+            hold = (await native.post("/v1/holds", json={"subject_id": subject, "reason": "litigation"})).json()
+            held = await refused(client, "subject_erase_confirm", subject_id=subject)
+            assert (held["status"], held["type"], held["hold_id"]) == (409, "legal_hold", hold["id"])
+            assert (await native.delete(f"/v1/holds/{hold['id']}")).status_code == 200
+
+            done = await call(client, "subject_erase_confirm", subject_id=subject)
+            assert done["status"] == "succeeded" and done["subject"]["sessions"] == [session]
+            assert done["subject"]["memory_keys"] == 1
+            assert (await native.get(f"/v1/sessions/{session}")).status_code == 404
+            assert (await call(client, "memory_read", namespace=namespace, key="diet"))["forgotten"] is True
+            read = await client.read_resource(done["receipt_uri"])
+            assert json.loads(read.contents[0].text)["id"] == done["id"]  # type: ignore[union-attr]
+
+            # A malformed id never reaches the services: the tool's schema refuses it, as a tool error.
+            bad = await client.call_tool("subject_export", {"subject_id": "has space"})
+            assert isinstance(bad, CallToolResult) and bad.is_error
+            assert "pattern" in bad.content[0].text  # type: ignore[union-attr]
+            missing = await refused(client, "subject_erase_plan", subject_id="mcp-nobody-" + uuid.uuid4().hex[:8])
             assert missing["status"] == 404
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -65,6 +65,12 @@ class HistoryEntry:
     at: datetime
     value: Any  # None for forgets and for writes a later forget erased
     erased: bool
+
+
+class BytesSink(Protocol):
+    """Where a streamed answer's bytes go: a file opened "wb", a BytesIO, a socket's writer."""
+
+    def write(self, data: bytes, /) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -203,3 +209,54 @@ def run_forget_plan(plan_id: str, *, strategy: str | None, wait: bool) -> Call[d
 
 def get_forget(forget_id: str) -> Call[dict[str, Any]]:
     return Call("GET", f"/v1/forget/{_seg(forget_id)}", _json)
+
+
+# ---- data subjects and legal holds --------------------------------------------------------------------------------
+
+
+def _subject_path(subject_id: str, rest: str = "") -> str:
+    return f"/v1/subjects/{_seg(subject_id)}{rest}"
+
+
+def put_subject(subject_id: str, memory_namespaces: Sequence[str]) -> Call[dict[str, Any]]:
+    return Call("PUT", _subject_path(subject_id), _json, json={"memory_namespaces": list(memory_namespaces)})
+
+
+def get_subject(subject_id: str) -> Call[dict[str, Any]]:
+    return Call("GET", _subject_path(subject_id), _json)
+
+
+def export_subject(subject_id: str) -> Call[dict[str, Any]]:
+    """The parsed document; the clients' `export_subject_to` performs the same request streamed."""
+    return Call("GET", _subject_path(subject_id, "/export"), _json)
+
+
+def erase_subject(
+    subject_id: str, *, dry_run: bool, also_text: Sequence[str] | None, reason: str | None
+) -> Call[dict[str, Any]]:
+    if isinstance(also_text, str):  # a str is a Sequence[str]: it would go as one text per character
+        raise TypeError("also_text is a list of texts, not one text")
+    body: dict[str, Any] = {"dry_run": dry_run}
+    if also_text:
+        body["also"] = {"text": list(also_text)}
+    if reason is not None:
+        body["reason"] = reason
+    return Call("POST", _subject_path(subject_id, "/erase"), _json, json=body)
+
+
+def place_hold(
+    *, subject_id: str | None, session_id: str | None, namespace: str | None, reason: str
+) -> Call[dict[str, Any]]:
+    scopes = {"subject_id": subject_id, "session_id": session_id, "namespace": namespace}
+    given = {name: value for name, value in scopes.items() if value is not None}
+    if len(given) != 1:
+        raise ValueError("give exactly one of subject_id, session_id and namespace")
+    return Call("POST", "/v1/holds", _json, json={**given, "reason": reason})
+
+
+def get_hold(hold_id: str) -> Call[dict[str, Any]]:
+    return Call("GET", f"/v1/holds/{_seg(hold_id)}", _json)
+
+
+def release_hold(hold_id: str) -> Call[dict[str, Any]]:
+    return Call("DELETE", f"/v1/holds/{_seg(hold_id)}", _json)

@@ -11,7 +11,16 @@ import httpx
 
 from lethe_client import _calls as calls
 from lethe_client import _flows as flows
-from lethe_client._calls import BatchItem, Call, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from lethe_client._calls import (
+    BatchItem,
+    BytesSink,
+    Call,
+    ForgetResult,
+    HistoryEntry,
+    KeyPage,
+    MemoryRecord,
+    WriteResult,
+)
 from lethe_client._consistency import HEADER, TokenKeeper
 from lethe_client.errors import LetheAPIError, raise_for_problem
 
@@ -47,14 +56,34 @@ class AsyncLetheClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _run(self, call: Call[T]) -> T:
+    def _headers(self, call: Call[Any]) -> dict[str, str]:
         headers = {**self._auth, **call.headers}
         if call.method == "GET":
             headers.update(self._tokens.read_headers())
-        response = await self._http.request(call.method, call.path, json=call.json, params=call.params, headers=headers)
+        return headers
+
+    async def _run(self, call: Call[T]) -> T:
+        response = await self._http.request(
+            call.method, call.path, json=call.json, params=call.params, headers=self._headers(call)
+        )
         self._tokens.observe(response.headers.get(HEADER))
         raise_for_problem(response)
         return call.parse(response)
+
+    async def _stream_to(self, call: Call[Any], sink: BytesSink) -> int:
+        """Perform `call` but hand its body to `sink` as it arrives instead of parsing it; the bytes written."""
+        written = 0
+        async with self._http.stream(
+            call.method, call.path, json=call.json, params=call.params, headers=self._headers(call)
+        ) as response:
+            self._tokens.observe(response.headers.get(HEADER))
+            if not response.is_success:
+                await response.aread()  # the problem+json body, for the typed error
+                raise_for_problem(response)
+            async for chunk in response.aiter_bytes():
+                sink.write(chunk)
+                written += len(chunk)
+        return written
 
     async def _drive(self, flow: flows.Flow[T]) -> T:
         try:
@@ -173,3 +202,53 @@ class AsyncLetheClient:
 
     async def wait_forget(self, forget_id: str, *, timeout_s: float = 600.0, interval: float = 0.5) -> dict[str, Any]:
         return await self._drive(flows.wait_forget(forget_id, timeout_s=timeout_s, interval=interval))
+
+    # ---- data subjects and legal holds -------------------------------------------------------------------------
+
+    async def put_subject(self, subject_id: str, memory_namespaces: Sequence[str]) -> dict[str, Any]:
+        """Link exactly these memory namespaces to the subject (made if new); the subject."""
+        return await self._run(calls.put_subject(subject_id, memory_namespaces))
+
+    async def get_subject(self, subject_id: str) -> dict[str, Any]:
+        return await self._run(calls.get_subject(subject_id))
+
+    async def export_subject(self, subject_id: str) -> dict[str, Any]:
+        """The access request's export, parsed (held whole in memory: `export_subject_to` for a large subject)."""
+        return await self._run(calls.export_subject(subject_id))
+
+    async def export_subject_to(self, subject_id: str, sink: BytesSink) -> int:
+        """Write the export's JSON bytes to `sink` (a file opened "wb") as the server streams them; the bytes written.
+        A NotFound is raised before anything is written. `sink.write` is called in the event loop: a plain file's
+        writes block it briefly, as any local file write does."""
+        return await self._stream_to(calls.export_subject(subject_id), sink)
+
+    async def subject_erase_plan(self, subject_id: str, *, also_text: Sequence[str] | None = None) -> dict[str, Any]:
+        """What erasing the subject would erase now (a dry run): nothing changes."""
+        return await self._run(calls.erase_subject(subject_id, dry_run=True, also_text=also_text, reason=None))
+
+    async def subject_erase_confirm(
+        self, subject_id: str, *, also_text: Sequence[str] | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Erase everything the subject owns; the finished forget job with its `subject` receipt. Raises LegalHold
+        (`hold_id`) when a hold covers the subject."""
+        return await self._run(calls.erase_subject(subject_id, dry_run=False, also_text=also_text, reason=reason))
+
+    async def place_hold(
+        self,
+        *,
+        subject_id: str | None = None,
+        session_id: str | None = None,
+        namespace: str | None = None,
+        reason: str,
+    ) -> dict[str, Any]:
+        """Hold exactly one of a subject, a session or a namespace: erasures of what it covers raise LegalHold."""
+        return await self._run(
+            calls.place_hold(subject_id=subject_id, session_id=session_id, namespace=namespace, reason=reason)
+        )
+
+    async def get_hold(self, hold_id: str) -> dict[str, Any]:
+        return await self._run(calls.get_hold(hold_id))
+
+    async def release_hold(self, hold_id: str) -> dict[str, Any]:
+        """Release the hold; its `erasures` are the forget jobs of the erasures it had deferred, run now."""
+        return await self._run(calls.release_hold(hold_id))

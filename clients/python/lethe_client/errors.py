@@ -50,6 +50,16 @@ class SessionBusy(Conflict):
         return _retry_after(self.headers)
 
 
+class LegalHold(Conflict):
+    """409 `legal_hold`: a standing legal hold covers what was to be erased, and nothing was; `hold_id` names it
+    (release it with `release_hold`, which also runs the erasures it deferred)."""
+
+    @property
+    def hold_id(self) -> str | None:
+        value = self.problem.get("hold_id")
+        return None if value is None else str(value)
+
+
 class PreconditionFailed(LetheAPIError):
     """412: the write was based on a version the key no longer has (a tombstone included)."""
 
@@ -115,6 +125,15 @@ def _problem_body(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _conflict(problem_type: str) -> type[Conflict]:
+    """The 409 subclass its problem type names (API.md's slugs; the hyphenated spelling accepted as well)."""
+    if problem_type.endswith(("session-busy", "session_busy")):
+        return SessionBusy
+    if problem_type.endswith(("legal-hold", "legal_hold")):
+        return LegalHold
+    return Conflict
+
+
 def error_for(response: httpx.Response) -> LetheAPIError:
     """The typed exception for a non-2xx response."""
     status = response.status_code
@@ -125,11 +144,7 @@ def error_for(response: httpx.Response) -> LetheAPIError:
     elif status == 404:
         cls = Forgotten if problem.get("forgotten") is True else NotFound
     elif status == 409:
-        cls = (
-            SessionBusy
-            if str(problem.get("type", "")).rstrip("/").endswith(("session-busy", "session_busy"))
-            else Conflict
-        )
+        cls = _conflict(str(problem.get("type", "")).rstrip("/"))
     elif status == 412:
         cls = PreconditionFailed
     elif status == 413:
