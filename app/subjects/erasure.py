@@ -36,7 +36,7 @@ from app.forget.repositories import jobs as jobs_repo
 from app.forget.service import ForgetService
 from app.forget.shredding import Shredder
 from app.holds import repository as holds_repo
-from app.holds.guard import refuse_subject
+from app.holds.guard import namespace_hold, refuse_subject, session_hold
 from app.ids import new_id
 from app.keys.content import Sealer
 from app.memory.service import MemoryService
@@ -120,11 +120,11 @@ class SubjectErasure:
         async with self.db.transaction() as tx:
             sql = InSession(tx)
             for session_id in [*plan.sessions, *plan.also]:
-                held = await holds_repo.covering(sql, tenant_id, sessions=[session_id], lock=False)
+                held = await session_hold(sql, tenant_id, session_id, lock=False)
                 if held is not None:
                     plan.held.append({"hold_id": held.id, "session_id": session_id})
             for namespace in plan.namespaces:
-                held = await holds_repo.covering(sql, tenant_id, namespaces=[namespace], lock=False)
+                held = await namespace_hold(sql, tenant_id, namespace, lock=False)
                 if held is not None:
                     plan.held.append({"hold_id": held.id, "namespace": namespace})
         skipped = {h.get("session_id") for h in plan.held} | {h.get("namespace") for h in plan.held}

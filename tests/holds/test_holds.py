@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.forget.forget_helpers import run_script, user
+from tests.forget.forget_helpers import artifacts, run_script, user
 from tests.support import HeldLock, problem, sql, until
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
@@ -193,3 +193,18 @@ def test_a_hold_and_a_deletion_of_the_same_session_are_ordered(
         assert answers["erase"].status_code == 204, answers["erase"].text
         problem(answers["hold"], 404)
         problem(client.get(f"/v1/sessions/{session}"), 404)
+
+
+def test_also_skips_another_subjects_session_their_hold_covers(client: httpx.Client) -> None:
+    alice, bob = _subject(), _subject()
+    marker = "heron-" + uuid.uuid4().hex[:6]
+    bobs, _ = run_script(client, [[user(f"Alice told me {marker}.")]], FAST, subject_id=bob)
+    assert client.put(f"/v1/subjects/{alice}", json={"memory_namespaces": []}).status_code == 201
+    hold = _hold(client, subject_id=bob)  # on bob: his sessions are held, alice's erasure must not replay them
+    body = {"also": {"text": [marker]}}
+    plan = client.post(f"/v1/subjects/{alice}/erase", json={**body, "dry_run": True}).json()
+    assert plan["also"] == [] and plan["held"] == [{"hold_id": hold["id"], "session_id": bobs}]
+    erased = client.post(f"/v1/subjects/{alice}/erase", json=body).json()["subject"]
+    assert erased["also"] == [] and erased["held"] == plan["held"]
+    assert any(marker in (a.get("content") or "") for a in artifacts(client, bobs))
+    assert client.get(f"/v1/holds/{hold['id']}").json()["deferred"] == [alice]
