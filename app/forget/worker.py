@@ -80,7 +80,10 @@ class ForgetWorker:
             self.metrics.erasure_pending.set(sum(p.jobs for p in pending))
             self.metrics.erasure_oldest_pending.set(max((p.oldest_s for p in pending), default=0.0))
         if self.retention is not None:  # it needs no model either: deletions and tombstones
-            await self.retention(self.owner)
+            try:
+                await self.retention(self.owner)
+            except Exception:  # a sweep that fails is due again later; the forget jobs below must not wait on it
+                log.exception("retention sweep failed")
         if not self.ready():
             return False
         async with self.db.transaction() as tx:

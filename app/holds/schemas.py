@@ -43,7 +43,8 @@ class HoldCreate(RequestModel):
 
 
 class HoldEventOut(BaseModel):
-    action: str = Field(description="`placed`, `released`, or `deferred` (an erasure skipped what the hold covers)")
+    action: str = Field(description="`placed`, `released`, `deferred` (a subject's erasure skipped what the hold "
+                                    "covers; its release runs it again) or `skipped` (a retention sweep did)")
     key_id: str | None = Field(description="The API key that did it (none for what Lethe did itself)")
     at: datetime
     detail: dict[str, Any] = Field(description="Ids only: for `deferred`, the subject and the erasure's forget job")

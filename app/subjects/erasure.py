@@ -19,7 +19,7 @@ their sessions or namespaces (or on another subject's session `also` reaches) sk
 The plan (dry run) names the held parts the same way.
 
 It runs in the request, one object at a time: a session or key the person gets while it runs is not in it (erase
-again). Not built yet: `also.query` (a semantic predicate), retention.
+again). Not built yet: `also.query` (a semantic predicate).
 """
 
 from __future__ import annotations

@@ -110,6 +110,24 @@ async def test_a_job_sent_back_waits_in_the_queue_while_the_worker_runs_the_next
 
 
 @ASYNC
+async def test_a_failing_retention_sweep_does_not_hold_up_the_forget_jobs(db: Database) -> None:
+    async with db.transaction() as tx:
+        await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
+    job = await _queued(db)
+    stub, sweeps = _Stub(set()), []
+
+    async def failing(owner: str) -> str | None:
+        sweeps.append(owner)
+        raise RuntimeError("the sweep broke")
+
+    worker = ForgetWorker(db, Metrics(), stub, lease_s=30, poll_s=60, retention=failing)  # type: ignore[arg-type]
+    assert await worker.step()
+    assert stub.ran == [job] and sweeps == [worker.owner]
+    async with db.transaction() as tx:
+        await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
+
+
+@ASYNC
 async def test_a_detector_s_job_is_claimed_before_older_forgets(db: Database) -> None:
     async with db.transaction() as tx:
         await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
