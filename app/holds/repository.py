@@ -186,3 +186,21 @@ _SESSION = Statement("SELECT 1 AS found FROM sessions WHERE tenant_id = :tenant_
 
 async def session_exists(sql: Sql, tenant_id: str, session_id: str) -> bool:
     return await sql.one(_SESSION, {"tenant_id": tenant_id, "session_id": session_id}) is not None
+
+
+_OF_SUBJECT = Statement("""
+    SELECT id, subject_id, session_id, namespace, reason, created_at FROM holds
+    WHERE tenant_id = :tenant_id AND released_at IS NULL
+      AND (subject_id = :subject_id OR namespace = ANY(CAST(:namespaces AS text[]))
+           OR session_id IN (SELECT id FROM sessions WHERE tenant_id = :tenant_id AND subject_id = :subject_id))
+    ORDER BY id LIMIT :limit
+""")
+
+
+async def standing_over_subject(
+    sql: Sql, tenant_id: str, subject_id: str, namespaces: list[str], limit: int
+) -> list[dict[str, Any]]:
+    """The standing holds over a subject or a part of theirs (a session, a linked namespace), oldest first."""
+    rows = await sql.all(_OF_SUBJECT, {"tenant_id": tenant_id, "subject_id": subject_id, "namespaces": namespaces,
+                                       "limit": limit})
+    return [{k: v for k, v in dict(r).items() if v is not None} for r in rows]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -32,6 +32,10 @@ class SubjectOut(BaseModel):
     created_at: datetime
     erased_at: datetime | None = None
     erase_forget_id: str | None = None
+    holds: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=f"Standing legal holds over the subject or a part of theirs, the first {MAX_LISTED}: `{{id, "
+        "subject_id | session_id | namespace, reason, created_at}}`")
 
 
 class SubjectAlso(RequestModel):

@@ -16,9 +16,11 @@ from typing import Any
 
 from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
+from app.db.statements import InSession
 from app.errors import NotFound
 from app.forget.listing import page_jobs
 from app.forget.schemas import job_out
+from app.holds import repository as holds_repo
 from app.keys.content import Sealer
 from app.subjects import repository as repo
 from app.subjects.schemas import MAX_LISTED, SubjectOut
@@ -59,6 +61,8 @@ class SubjectService:
                 session_ids=[s.id for s in linked],
                 conversation_ids=[s.conversation_id for s in linked if s.conversation_id is not None],
                 created_at=row.created_at, erased_at=row.erased_at, erase_forget_id=row.erase_forget_id,
+                holds=await holds_repo.standing_over_subject(InSession(tx), tenant_id, subject_id,
+                                                             list(row.memory_namespaces), MAX_LISTED),
             )
 
         found = await self.db.read(where, read)

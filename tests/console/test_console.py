@@ -288,3 +288,39 @@ def test_a_text_span_selected_in_the_transcript_is_planned(tab: Tab, client: htt
     assert summary is not None and "τ = 1" in summary.inner_text()
     assert tab.page.locator(".msg.target").count() == 1
     assert tab.unexpected() == []
+
+
+def test_a_subject_is_exported_held_and_erased_from_the_console(tab: Tab, client: httpx.Client) -> None:
+    subject, ns = "console-" + uuid.uuid4().hex[:8], "subj-" + uuid.uuid4().hex[:8]
+    sid = make_session(client, ["My order number is 5521."], subject_id=subject)
+    r = client.put(f"/v1/memory/{ns}/order", json={"value": "5521", "source": "user"}, headers={"If-None-Match": "*"})
+    assert r.status_code == 201, r.text
+    assert client.put(f"/v1/subjects/{subject}", json={"memory_namespaces": [ns]}).status_code == 200
+    tab.sign_in(BOOTSTRAP_KEY)
+    page = tab.page
+    page.click('a[data-nav="subjects"]')
+    page.fill("#subject-id", subject)
+    page.click("#subject-form button[type=submit]")
+    assert sid in page.inner_text("#subject-sessions") and ns in page.inner_text("#subject-namespaces")
+
+    page.click("#export")
+    assert page.inner_text("#export-summary").startswith("1 session(s), 3 artifact(s), 1 memory value(s)")
+
+    page.fill("#hold-reason", "case 2026-9")
+    page.click("#place-hold")
+    page.wait_for_selector("#holds")
+    [hold] = client.get(f"/v1/subjects/{subject}").json()["holds"]
+    assert hold["subject_id"] == subject and hold["reason"] == "case 2026-9"
+    page.click("#plan-erase")
+    assert "2 part(s)" in page.inner_text("#plan-held")  # the session and the namespace, both under the hold
+    page.click("#confirm-erase")
+    assert hold["id"] in page.inner_text("#subject-status .error")  # 409 legal_hold, naming the hold
+    assert client.get(f"/v1/sessions/{sid}").status_code == 200
+
+    page.click(f"#release-{hold['id']}")
+    page.wait_for_selector("#no-holds")
+    page.click("#plan-erase")
+    page.click("#confirm-erase")
+    assert "1 session(s) and 1 memory key(s) erased" in page.inner_text("#erase-receipt")
+    assert client.get(f"/v1/sessions/{sid}").status_code == 404
+    assert tab.unexpected(409) == []

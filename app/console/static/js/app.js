@@ -5,6 +5,7 @@ import { jobView, jobsView, webhooksView } from "./jobs.js";
 import { memoryView } from "./memory.js";
 import { sessionView } from "./session.js";
 import { sessionsView } from "./sessions.js";
+import { subjectView, subjectsView } from "./subjects.js";
 
 const view = document.getElementById("view");
 const nav = document.getElementById("nav");
@@ -54,6 +55,8 @@ const routes = [
   [/^#\/jobs\/([^/]+)$/, (m) => jobView(decodeURIComponent(m[1])), "jobs"],
   [/^#\/jobs$/, () => jobsView(), "jobs"],
   [/^#\/webhooks$/, () => webhooksView(), "webhooks"],
+  [/^#\/subjects\/([^/]+)$/, (m) => subjectView(decodeURIComponent(m[1])), "subjects"],
+  [/^#\/subjects$/, () => subjectsView(), "subjects"],
 ];
 
 async function route() {
