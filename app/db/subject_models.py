@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, func
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, String, func
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -17,6 +17,8 @@ from app.db.models import Base, created_now
 
 class Subject(Base):
     __tablename__ = "subjects"
+    # Migration 0023: which subjects link a namespace (`memory_namespaces @> ARRAY[ns]`), a probe, not a scan.
+    __table_args__ = (Index("ix_subjects_namespaces", "memory_namespaces", postgresql_using="gin"),)
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
     id: Mapped[str] = mapped_column(String(200), primary_key=True)

@@ -23,7 +23,8 @@ _SHARED = Statement(
 _EXCLUSIVE = Statement("SELECT pg_advisory_xact_lock(hashtextextended(:scope, 0))")
 _SESSION_SUBJECT = Statement("SELECT subject_id FROM sessions WHERE tenant_id = :tenant_id AND id = :session_id")
 _LINKING = Statement(
-    "SELECT id FROM subjects WHERE tenant_id = :tenant_id AND :namespace = ANY(memory_namespaces) ORDER BY id"
+    "SELECT id FROM subjects WHERE tenant_id = :tenant_id "
+    "AND memory_namespaces @> ARRAY[CAST(:namespace AS varchar)] ORDER BY id"
 )
 _STANDING = Statement("""
     SELECT id, subject_id, session_id, namespace FROM holds

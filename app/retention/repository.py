@@ -61,7 +61,7 @@ _EXPIRED_KEYS = Statement("""
       LEFT JOIN LATERAL (
           SELECT min(p.memory_max_age_days) AS days FROM subjects j
             JOIN retention_policies p ON p.tenant_id = j.tenant_id AND p.subject_id = j.id
-           WHERE j.tenant_id = r.tenant_id AND r.namespace = ANY(j.memory_namespaces)
+           WHERE j.tenant_id = r.tenant_id AND j.memory_namespaces @> ARRAY[r.namespace]
       ) o ON true
      WHERE r.tenant_id = :tenant_id AND NOT r.forgotten AND (r.namespace, r.key) > (:after_ns, :after_key)
        AND r.updated_at < CAST(:now AS timestamptz) - make_interval(days => coalesce(o.days, d.memory_max_age_days))

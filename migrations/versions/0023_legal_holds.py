@@ -70,6 +70,9 @@ def upgrade() -> None:
                                 name=op.f("fk_hold_deferrals_tenant_id_holds"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("tenant_id", "hold_id", "subject_id", name=op.f("pk_hold_deferrals")),
     )
+    # Which subjects link a namespace: asked by every memory forget (a hold on a linking subject covers it) and by
+    # retention for every live key; a containment probe on this index instead of a scan of the tenant's subjects.
+    op.create_index("ix_subjects_namespaces", "subjects", ["memory_namespaces"], postgresql_using="gin")
     # Migration 0006's rule for text columns (tests/foundation/test_statistics.py).
     for table, column in (("holds", "subject_id"), ("holds", "namespace"), ("holds", "reason"),
                           ("hold_deferrals", "subject_id"), ("hold_events", "detail")):
@@ -77,6 +80,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_subjects_namespaces", table_name="subjects")
     op.drop_table("hold_deferrals")
     op.drop_index("ix_hold_events_hold", table_name="hold_events")
     op.drop_table("hold_events")
