@@ -331,7 +331,7 @@ class ForgetJob(Base):
     __tablename__ = "forget_jobs"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('planned', 'queued', 'running', 'succeeded', 'failed', 'needs_input')", name="status"
+            "status IN ('planned', 'queued', 'running', 'succeeded', 'failed', 'needs_input', 'held')", name="status"
         ),
         CheckConstraint("priority IN (1, 2)", name="priority"),
         # Migration 0019: the reason in at most one form, a sealed row names its leaf.
@@ -345,6 +345,7 @@ class ForgetJob(Base):
             "ix_forget_jobs_pending_shred", "created_at",
             postgresql_where=text("shred_leaves IS NOT NULL AND shredded_at IS NULL"),
         ),
+        Index("ix_forget_jobs_held_by", "tenant_id", "held_by", postgresql_where=text("held_by IS NOT NULL")),
         UniqueConstraint("tenant_id", "idempotency_key"),
     )
 
@@ -378,6 +379,10 @@ class ForgetJob(Base):
     # The receipt's content while the job waits on its client (the tool results given, the call waited on).
     receipt_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     leaf: Mapped[int | None] = mapped_column(BigInteger)
+    # Migration 0025: the legal hold a `held` job waits on (its release queues the job again), and whether the
+    # forget asked for `"shred": "now"` (it ends only once what it erased is shredded).
+    held_by: Mapped[str | None] = mapped_column(String(40))
+    shred_now: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
