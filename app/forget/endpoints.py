@@ -68,7 +68,7 @@ async def list_forget_jobs(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Cursor = None,
     status: Annotated[
-        Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] | None, Query()
+        Literal["planned", "queued", "running", "succeeded", "failed", "needs_input", "held"] | None, Query()
     ] = None,
     session_id: Annotated[
         str | None,

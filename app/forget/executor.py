@@ -36,7 +36,7 @@ from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
 from app.forget.cost import Yardstick
-from app.forget.jobs import DEFAULT_HORIZON_S, JobView, LeaseLost, Retry, view_of
+from app.forget.jobs import DEFAULT_HORIZON_S, Held, JobView, LeaseLost, Retry, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
@@ -48,6 +48,8 @@ from app.forget.shredding import Shredder
 from app.forget.state_swap import swap_in
 from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
+from app.holds import repository as holds_repo
+from app.holds.guard import session_hold
 from app.keys.errors import Tampered, Unavailable
 from app.memory.repositories import records as memory_repo
 from app.memory.service import forget_in
@@ -106,12 +108,16 @@ class ForgetExecutor:
         target = Target.from_dict(job.target)
         strategy = STRATEGIES.named(job.strategy)
         receipt = JobReceipt.load(job.receipt)
+        held: Held | None = None
         try:
             async with self.db.transaction() as tx:
                 session_ids = await sessions_reached(tx, job.tenant_id, target) or []
             for session_id in session_ids:
                 if not receipt.done(session_id):
-                    receipt = await self._forget_session(job, owner, target, strategy, session_id, receipt)
+                    try:
+                        receipt = await self._forget_session(job, owner, target, strategy, session_id, receipt)
+                    except Held as waits:  # the others go on; the job then waits on (the first) hold
+                        held = held or waits
         except (Retry, LeaseLost):
             raise
         except NeedsInput as wait:
@@ -122,6 +128,8 @@ class ForgetExecutor:
             # With the traceback: the runtime's messages name tokens, ids and limits, never artifact text.
             log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__}, exc_info=True)
             return await self._finish(job, owner, target, strategy, receipt, started, error=_describe(exc))
+        if held is not None:
+            return await self._hold(job, owner, receipt, held, started)
         return await self._finish(job, owner, target, strategy, receipt, started, error=None)
 
     async def _forget_session(
@@ -132,6 +140,9 @@ class ForgetExecutor:
         not, or no longer, in the session)."""
         if strategy.replays and not await self.slot.available():
             raise Retry("the model is not loaded yet")
+        async with self.db.transaction() as tx:  # before any model work (the swap's transaction checks again)
+            if (standing := await session_hold(InSession(tx), job.tenant_id, session_id, lock=False)) is not None:
+                raise Held(standing.id, session_id)
         outputs = strategy.matches_outputs
         vector = None
         if target.query is not None:  # embedded before the lock: under it only the SQL similarity query runs
@@ -164,6 +175,10 @@ class ForgetExecutor:
                 if waited.calls:  # an engine that measures its queue (hf, in-process vllm; a fleet does not)
                     self.metrics.forget_engine_wait.labels(priority=level.label).observe(waited.seconds)
                 async with lease.commit() as (tx, locked):
+                    # Ordered against a hold being placed (app/holds/repository.py): this shared lock, or its
+                    # exclusive one, first. A job queued before the hold, or a memory key's cascade, waits on it.
+                    if (standing := await session_hold(InSession(tx), job.tenant_id, session_id)) is not None:
+                        raise Held(standing.id, session_id)
                     entry, retired = await swap_in(
                         tx, locked, found, change, policy.forget, Yardstick.of(self.slot.engine)
                     )
@@ -299,6 +314,26 @@ class ForgetExecutor:
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         assert row is not None
         log.info("forget job needs input", extra={"forget_id": job.id})
+        return view_of(row)
+
+    async def _hold(self, job: ForgetJob, owner: str, receipt: JobReceipt, held: Held, started: float) -> JobView:
+        """held: the sessions done so far stay done; the job waits on the hold, which records it (event `deferred`)
+        and queues it again on its release."""
+        waiting = receipt.model_copy(update={"duration_ms": _elapsed_ms(started, receipt)})
+        async with self.db.transaction() as tx:
+            if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
+                raise LeaseLost(job.id)
+            # The hold's row, locked: its release (which takes it too) either comes after and queues this job again,
+            # or came before, and the job runs again now instead of waiting on a hold nobody will release.
+            standing = await holds_repo.get(InSession(tx), job.tenant_id, held.hold_id, for_update=True)
+            if standing is None or standing.released_at is not None:
+                raise Retry(f"hold {held.hold_id} was released meanwhile")
+            await jobs_repo.hold(tx, owned, waiting.stored(), held.hold_id)
+            await holds_repo.event(InSession(tx), job.tenant_id, held.hold_id, "deferred", None,
+                                   {"forget_id": job.id, "session_id": held.session_id})
+            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+        assert row is not None
+        log.info("forget job held", extra={"forget_id": job.id, "hold_id": held.hold_id})
         return view_of(row)
 
     def _observe_session(self, strategy: str, entry: SessionEntry) -> None:

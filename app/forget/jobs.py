@@ -19,7 +19,8 @@ from app.forget.receipts import (
 )
 
 DEFAULT_STRATEGY: Final = "selective_replay"
-TERMINAL: Final = ("succeeded", "failed", "needs_input")  # needs_input: finished until the client answers
+# needs_input: finished until the client answers; held: until the legal hold it waits on is released.
+TERMINAL: Final = ("succeeded", "failed", "needs_input", "held")
 
 
 class LeaseLost(Exception):
@@ -28,6 +29,16 @@ class LeaseLost(Exception):
 
 class Retry(Exception):
     """The job cannot progress now (session busy, model loading): requeue it."""
+
+
+class Held(Exception):
+    """A standing legal hold covers a session the job would change: the job waits on the hold (status `held`), and
+    its release queues the job again (app/holds/service.py)."""
+
+    def __init__(self, hold_id: str, session_id: str) -> None:
+        super().__init__(f"session {session_id} is under legal hold {hold_id}")
+        self.hold_id = hold_id
+        self.session_id = session_id
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,7 @@ class JobView:
     duration_ms: int | None = None
     erasure: Erasure | None = None
     error: str | None = None
+    hold_id: str | None = None  # the legal hold a `held` job waits on
     reason: str | None = None
     target_erased: bool = False  # its sealed target and reason ended with it: `target` holds ids and lengths only
     dry_run: bool = False
@@ -120,6 +132,7 @@ def view_of(job: ForgetJob) -> JobView:
         duration_ms=receipt.duration_ms,
         erasure=erasure_of(job, receipt),
         error=job.error,
+        hold_id=job.held_by,
         reason=job.reason,
         target_erased=job.target_erased,
         created_at=job.created_at,

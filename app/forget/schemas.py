@@ -238,8 +238,10 @@ class PendingCall(BaseModel):
 
 class ForgetJobOut(BaseModel):
     id: str
-    status: Literal["planned", "queued", "running", "succeeded", "failed", "needs_input"] = Field(
-        description="`planned`: a plan from a deletion request in plain words, waiting for `plan_id` to confirm it"
+    status: Literal["planned", "queued", "running", "succeeded", "failed", "needs_input", "held"] = Field(
+        description="`planned`: a plan from a deletion request in plain words, waiting for `plan_id` to confirm it; "
+        "`held`: a standing legal hold covers a session the job would change (`hold_id`); the sessions it reached "
+        "before stay forgotten, and the hold's release queues it again"
     )
     strategy: str
     target: dict[str, Any] = Field(
@@ -273,6 +275,7 @@ class ForgetJobOut(BaseModel):
         "while what a forget erased is not sealed yet",
     )
     error: str | None = None
+    hold_id: str | None = Field(default=None, description="The legal hold a `held` job waits on")
     created_at: datetime | None = None
     finished_at: datetime | None = None
 

@@ -12,6 +12,7 @@ from app.memory.schemas import NAMESPACE_PATTERN
 from app.request_model import RequestModel
 
 SCOPES = ("subject_id", "session_id", "namespace")
+MAX_LISTED = 100
 
 
 def _one_scope(schema: dict[str, Any]) -> None:
@@ -44,10 +45,12 @@ class HoldCreate(RequestModel):
 
 class HoldEventOut(BaseModel):
     action: str = Field(description="`placed`, `released`, `deferred` (a subject's erasure skipped what the hold "
-                                    "covers; its release runs it again) or `skipped` (a retention sweep did)")
+                                    "covers, or a forget job reached a session it covers; its release runs it "
+                                    "again) or `skipped` (a retention sweep did)")
     key_id: str | None = Field(description="The API key that did it (none for what Lethe did itself)")
     at: datetime
-    detail: dict[str, Any] = Field(description="Ids only: for `deferred`, the subject and the erasure's forget job")
+    detail: dict[str, Any] = Field(description="Ids only: for `deferred`, the forget job with the subject it erases "
+                                   "or the session it reached")
 
 
 class HoldOut(BaseModel):
@@ -62,6 +65,10 @@ class HoldOut(BaseModel):
     released_by: str | None = None
     deferred: list[str] = Field(default_factory=list,
                                 description="Subjects whose erasure skipped what this hold covers, run on release")
+    jobs: list[str] = Field(default_factory=list,
+                            description=f"Forget jobs waiting on this hold (status `held`: they reached a session it "
+                            f"covers), the first {MAX_LISTED}, oldest first; queued again on release")
     events: list[HoldEventOut] = Field(default_factory=list, description="The audit trail, oldest first")
     erasures: list[str] = Field(default_factory=list,
-                                description="On release: the forget jobs of the deferred erasures it ran")
+                                description="On release: the forget jobs it queued again and those of the deferred "
+                                "erasures it ran")

@@ -2,8 +2,10 @@
 
 A hold covers one scope (a subject, a session or a memory namespace). While it stands, every erasure of what it
 covers answers 409 `legal_hold` (app/holds/guard.py, inside the erasing transaction), retention skips it, and a
-subject's erasure skips the held part, says so in its receipt and is recorded as deferred on the hold. Releasing
-the hold runs each deferred erasure again (which skips whatever another hold still covers, and is deferred there).
+subject's erasure skips the held part, says so in its receipt and is recorded as deferred on the hold. A forget job
+that reaches a held session (a memory key's cascade into it, a job queued before the hold) waits on the hold in
+status `held` (app/forget/executor.py). Releasing the hold runs each deferred erasure again and queues each waiting
+job (either skips whatever another hold still covers, and is deferred there).
 Every change is an event in `hold_events` with the API key that made it.
 """
 
@@ -12,8 +14,9 @@ from __future__ import annotations
 from app.db.database import Database
 from app.db.statements import InSession
 from app.errors import LegalHold, NotFound
+from app.forget.repositories import jobs as jobs_repo
 from app.holds import repository as repo
-from app.holds.schemas import HoldCreate, HoldEventOut, HoldOut
+from app.holds.schemas import MAX_LISTED, HoldCreate, HoldEventOut, HoldOut
 from app.ids import new_id
 from app.subjects import repository as subjects_repo
 from app.subjects.erasure import SubjectErasure
@@ -48,7 +51,8 @@ class HoldService:
                 raise NotFound(f"no hold {hold_id!r}")
             trail = await repo.events(sql, tenant_id, hold_id)
             waiting = await repo.deferred(sql, tenant_id, hold_id)
-        return HoldOut(**row.__dict__, deferred=waiting, events=[HoldEventOut(**e) for e in trail])
+            jobs = await jobs_repo.held_by(tx, tenant_id, hold_id, limit=MAX_LISTED)
+        return HoldOut(**row.__dict__, deferred=waiting, jobs=jobs, events=[HoldEventOut(**e) for e in trail])
 
     async def release(self, tenant_id: str, key_id: str | None, hold_id: str) -> HoldOut:
         """Release the hold (again: a no-op) and run the erasures it deferred, each dropped from the hold once it
@@ -61,8 +65,10 @@ class HoldService:
             if row.released_at is None:
                 await repo.release(sql, tenant_id, hold_id, key_id)
                 await repo.event(sql, tenant_id, hold_id, "released", key_id)
+            # Forget jobs that reached what it covers (a cascade, a job queued before it) run again: queued with the
+            # release, so a worker claims them once it committed (the status change wakes every process's worker).
+            ran = await jobs_repo.unhold(tx, tenant_id, hold_id)
             waiting = await repo.deferred(sql, tenant_id, hold_id)
-        ran = []
         for subject_id in waiting:
             try:
                 job = await self.erasure.erase(tenant_id, subject_id)

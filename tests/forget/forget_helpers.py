@@ -73,11 +73,12 @@ def forget(client: httpx.Client, target: dict[str, Any], **options: Any) -> dict
 
 
 def wait_job(client: httpx.Client, job_id: str, timeout: float = 240) -> dict[str, Any]:
-    """The job once it ended (or waits for a tool result); a job still running after `timeout` fails the test."""
+    """The job once it ended (or waits for a tool result, or on a legal hold); a job still running after `timeout`
+    fails the test."""
     deadline = time.monotonic() + timeout
     while True:
         job: dict[str, Any] = client.get(f"/v1/forget/{job_id}").json()
-        if job["status"] in ("succeeded", "failed", "needs_input"):
+        if job["status"] in ("succeeded", "failed", "needs_input", "held"):
             return job
         assert time.monotonic() < deadline, f"forget job {job_id} still {job['status']} after {timeout} s"
         time.sleep(0.1)  # polling the job as a client would

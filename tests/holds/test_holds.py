@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.forget.forget_helpers import artifacts, run_script, user
+from tests.forget.forget_helpers import artifacts, run_script, user, wait_job
 from tests.support import HeldLock, problem, sql, until
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
@@ -208,3 +208,57 @@ def test_also_skips_another_subjects_session_their_hold_covers(client: httpx.Cli
     assert erased["also"] == [] and erased["held"] == plan["held"]
     assert any(marker in (a.get("content") or "") for a in artifacts(client, bobs))
     assert client.get(f"/v1/holds/{hold['id']}").json()["deferred"] == [alice]
+
+
+def test_a_memory_forgets_cascade_waits_on_a_held_session_and_runs_on_release(client: httpx.Client) -> None:
+    """The namespace is not held, so the key is forgotten (tombstoned, shredded); the session it was injected into
+    is held, so the cascade's replay of it waits on the hold, and the hold's release runs it."""
+    street = f"{uuid.uuid4().int % 10_000} Birch Lane"
+    ns = "held-" + uuid.uuid4().hex[:8]
+    _put_memory(client, ns, "home", f"The user lives at {street}.")
+    script = [[user("Where do I live?")]]
+    held_session, _ = run_script(client, script, FAST, memory_namespace=ns)
+    free_session, _ = run_script(client, script, FAST, memory_namespace=ns)
+    hold = _hold(client, session_id=held_session)
+
+    deleted = client.delete(f"/v1/memory/{ns}/home")
+    assert deleted.status_code == 200, deleted.text
+    job = wait_job(client, deleted.json()["forget_id"])
+    assert job["status"] == "held" and job["hold_id"] == hold["id"], job
+    assert [s["session_id"] for s in job["sessions"]] == [free_session]  # the others went on
+    assert job["erasure"]["live"] == "pending"
+    assert not any(street in (a.get("content") or "") for a in artifacts(client, free_session))
+    assert any(street in (a.get("content") or "") for a in artifacts(client, held_session))
+    assert client.get(f"/v1/memory/{ns}/home").json().get("forgotten") is True
+    audit = client.get(f"/v1/holds/{hold['id']}").json()
+    assert audit["jobs"] == [job["id"]]
+    assert audit["events"][-1]["action"] == "deferred"
+    assert audit["events"][-1]["detail"] == {"forget_id": job["id"], "session_id": held_session}
+    assert job["id"] in [j["id"] for j in client.get("/v1/forget", params={"status": "held"}).json()["jobs"]]
+
+    released = client.delete(f"/v1/holds/{hold['id']}").json()
+    assert released["erasures"] == [job["id"]] and released["jobs"] == []
+    done = wait_job(client, job["id"])
+    assert done["status"] == "succeeded" and done["hold_id"] is None, done
+    assert {s["session_id"] for s in done["sessions"]} == {free_session, held_session}
+    assert not any(street in (a.get("content") or "") for a in artifacts(client, held_session))
+
+
+def test_a_forget_queued_before_the_hold_waits_on_it(client: httpx.Client, database_url: str) -> None:
+    """The job is queued and claimed before the hold exists; parked (a row lock on its session, which its lease must
+    write) until the hold is placed, it must find the hold in the transaction that would swap the session, and wait."""
+    marker = "osprey-" + uuid.uuid4().hex[:6]
+    session, _ = run_script(client, [[user(f"My locker code is {marker}.")], [user("Thanks.")]], FAST)
+    with HeldLock(database_url, "SELECT id FROM sessions WHERE id = $1 FOR NO KEY UPDATE", session) as lock:
+        queued = client.post("/v1/forget", json={"target": {"session_id": session, "text": marker}})
+        assert queued.status_code == 202, queued.text
+        lock.wait_blocked(1)  # the worker, past the job's claim and its first look for a hold, takes the lease
+        hold = _hold(client, session_id=session)
+    job = wait_job(client, queued.json()["id"])
+    assert job["status"] == "held" and job["hold_id"] == hold["id"] and job["sessions"] == [], job
+    assert any(marker in (a.get("content") or "") for a in artifacts(client, session))
+
+    assert client.delete(f"/v1/holds/{hold['id']}").json()["erasures"] == [job["id"]]
+    done = wait_job(client, job["id"])
+    assert done["status"] == "succeeded", done
+    assert not any(marker in (a.get("content") or "") for a in artifacts(client, session))

@@ -83,7 +83,8 @@ def confirm_forget(
 
 
 def wait_forget(forget_id: str, *, timeout_s: float, interval: float) -> Flow[dict[str, Any]]:
-    """Poll a forget job until it is succeeded, failed or needs_input; TimeoutError after `timeout_s` seconds."""
+    """Poll a forget job until it is succeeded, failed, needs_input or held (on a legal hold); TimeoutError after
+    `timeout_s` seconds."""
     deadline = time.monotonic() + timeout_s
     while True:
         job: dict[str, Any] = yield calls.get_forget(forget_id)
