@@ -44,9 +44,11 @@ class JobCascade:
         self.shredder = shredder
         self.horizon_s = horizon_s
 
-    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> None:
-        if self.shredder is not None:
-            await self.shredder.settle(tenant_id, forget_id, leaves)
+    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> bool:
+        """False when the shred stays pending (the provider refused it, or the worker's sweep does it)."""
+        if self.shredder is None:
+            return not leaves
+        return await self.shredder.settle(tenant_id, forget_id, leaves)
 
     async def enqueue(
         self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, erased: ErasedHistory

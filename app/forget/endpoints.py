@@ -34,7 +34,10 @@ SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     202: {"description": "The job, queued", "links": JOB_LINKS},
     409: problem_doc("The plan (`plan_id`) was already confirmed (a dry run of it), or `legal_hold`: a standing legal "
                      "hold covers the target's session or namespace (`hold_id` names the hold)"),
-    503: problem_doc("The model is not loaded yet and the strategy replays (`Retry-After`)"),
+    503: problem_doc("The model is not loaded yet and the strategy replays, or `keys-unavailable`: `\"shred\": "
+                     "\"now\"` and the key provider does not answer (nothing queued); for a memory target, also "
+                     "when it refused the shred after the tombstone committed (`forget_id` names the job that "
+                     "completes it). With `Retry-After`"),
 }
 
 
@@ -49,6 +52,7 @@ async def create_forget(
         Submission(
             target=None if body.target is None else body.target.model_dump(exclude_none=True),
             strategy=body.strategy, dry_run=body.dry_run, wait=body.wait, reason=body.reason, plan_id=body.plan_id,
+            shred_now=body.shred == "now",
         ),
     )
     if view.finished:

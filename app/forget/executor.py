@@ -36,7 +36,7 @@ from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
 from app.forget.cost import Yardstick
-from app.forget.jobs import DEFAULT_HORIZON_S, Held, JobView, LeaseLost, Retry, view_of
+from app.forget.jobs import DEFAULT_HORIZON_S, Held, JobView, LeaseLost, Retry, ShredWait, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
@@ -259,9 +259,12 @@ class ForgetExecutor:
         async with self.db.transaction() as tx:
             if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                 raise LeaseLost(job.id)
-            if owned.leaf is not None:
+            if owned.leaf is not None and owned.leaf not in (owned.shred_leaves or []):  # once: its end may rerun
                 await jobs_repo.add_shred_leaves(tx, job.id, [owned.leaf])
-        await self._shred(job)
+        if not await self._shred(job) and job.shred_now and error is None:
+            # `"shred": "now"`: it reads as ended only once its keys are destroyed; until then it stays running and
+            # its end runs again (the target and receipt it needs are still sealed under its leaf).
+            raise ShredWait(f"job {job.id}: the key provider refused its shred")
         final = receipt.model_copy(update={
             "provided": {},  # the client's answers now live in the sessions, or nowhere
             "pending": None,
@@ -287,15 +290,17 @@ class ForgetExecutor:
         )
         return view_of(row)
 
-    async def _shred(self, job: ForgetJob) -> None:
+    async def _shred(self, job: ForgetJob) -> bool:
         """Settle the leaves the job's swaps recorded (each committed with its swap) before the job reads as ended,
-        so that it ends `at_rest: complete`; with the provider down the shred stays pending for the worker's sweep."""
+        so that it ends `at_rest: complete`; with the provider down the shred stays pending for the worker's sweep
+        (False)."""
         if self.shredder is None:
-            return
+            return False
         async with self.db.transaction() as tx:
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         if row is not None and row.shred_leaves and row.shredded_at is None:
-            await self.shredder.settle(row.tenant_id, row.id, list(row.shred_leaves))
+            return await self.shredder.settle(row.tenant_id, row.id, list(row.shred_leaves))
+        return True
 
     async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
         """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""

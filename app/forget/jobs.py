@@ -31,6 +31,11 @@ class Retry(Exception):
     """The job cannot progress now (session busy, model loading): requeue it."""
 
 
+class ShredWait(Retry):
+    """A `"shred": "now"` job whose sessions are all done but whose shred the key provider refused: it runs its end
+    again (no attempt limit: nothing is left to fail, only to destroy) and reads as ended once the shred landed."""
+
+
 class Held(Exception):
     """A standing legal hold covers a session the job would change: the job waits on the hold (status `held`), and
     its release queues the job again (app/holds/service.py)."""
@@ -83,6 +88,7 @@ class Submission:
     wait: bool = False
     reason: str | None = None
     plan_id: str | None = None
+    shred_now: bool = False  # `"shred": "now"`: refused while the key provider is down; ends once shredded
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.forget.jobs import JobView
+from app.keys.shred import SHRED_DOC, Shred
 from app.memory.schemas import KEY_PATTERN, NAMESPACE_PATTERN
 from app.request_model import RequestModel
 
@@ -114,6 +115,7 @@ class ForgetRequest(RequestModel):
     dry_run: bool = False
     wait: bool = False
     reason: str | None = Field(default=None, max_length=2000)
+    shred: Shred = Field(default="horizon", description=SHRED_DOC)
 
     @model_validator(mode="after")
     def _target_or_plan(self) -> ForgetRequest:

@@ -78,7 +78,9 @@ class ForgetService:
                 Yardstick.of(self.slot.engine),
             )
         await self._check(tenant_id, target, strategy, session_ids)
-        job_id = await self._enqueue(tenant_id, target, strategy, request.reason)
+        if request.shred_now:  # refused now, with nothing queued, rather than a job that cannot end
+            await self.shredder.sealer.reachable(tenant_id)
+        job_id = await self._enqueue(tenant_id, target, strategy, request.reason, shred_now=request.shred_now)
         self.notify()
         if request.wait:
             return await self.wait(tenant_id, job_id, self.wait_s)
@@ -115,8 +117,12 @@ class ForgetService:
             )
         if job.status == "planned":
             await self.validate(tenant_id, target, strategy)
+            if request.shred_now:
+                await self.shredder.sealer.reachable(tenant_id)
             async with self.db.transaction() as tx:
-                confirmed = await jobs_repo.confirm_plan(tx, job, strategy.name, request.reason or job.reason)
+                confirmed = await jobs_repo.confirm_plan(
+                    tx, job, strategy.name, request.reason or job.reason, shred_now=request.shred_now
+                )
             if confirmed:
                 self.notify()
         if request.wait:
@@ -177,14 +183,14 @@ class ForgetService:
 
     async def enqueue_in(
         self, tx: AsyncSession, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None,
-        receipt: JobReceipt | None = None, *, priority: Priority = Priority.FORGET,
+        receipt: JobReceipt | None = None, *, priority: Priority = Priority.FORGET, shred_now: bool = False,
     ) -> str:
         """Queue a job in the caller's transaction (a webhook records its delivery in the same one). `priority`: its
         engine work's (a detector webhook's job: DETECTOR; app/engine/priority.py)."""
         job = await jobs_repo.create(
             tx, id=new_id("fgt"), tenant_id=tenant_id, status="queued", strategy=strategy.name,
             target=target.to_dict(), reason=reason, receipt=(receipt or JobReceipt()).stored(), attempts=0,
-            priority=int(priority),
+            priority=int(priority), shred_now=shred_now,
         )
         return job.id
 
@@ -199,14 +205,17 @@ class ForgetService:
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
         async with self.db.transaction() as tx:
             await check_target(tx, tenant_id, target, strategy, session_ids, self.policies)
-            # A legal hold over what the job would erase refuses it now (409); a job queued before the hold runs.
+            # A legal hold over what the job would erase refuses it now (409); a job queued before the hold waits on
+            # it (app/forget/executor.py).
             if target.namespace is not None:
                 await refuse_namespace(InSession(tx), tenant_id, target.namespace)
             else:
                 for session_id in session_ids:
                     await refuse_session(InSession(tx), tenant_id, session_id)
 
-    async def _enqueue(self, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None) -> str:
+    async def _enqueue(
+        self, tenant_id: str, target: Target, strategy: ForgetStrategy, reason: str | None, *, shred_now: bool
+    ) -> str:
         receipt = JobReceipt()
         if target.namespace is not None and strategy.forgets_memory:
             assert target.key is not None
@@ -214,11 +223,11 @@ class ForgetService:
                 strategy.name, reason, sealer=self.shredder.sealer, shredder=self.shredder, horizon_s=self.horizon_s
             )
             memory = MemoryService(self.db, self.shredder.sealer, cascade=cascade)
-            outcome = await memory.forget(tenant_id, target.namespace, target.key)
+            outcome = await memory.forget(tenant_id, target.namespace, target.key, shred_now=shred_now)
             if outcome.forget_id is not None:
                 return outcome.forget_id
             receipt = JobReceipt(memory=MemoryEntry(
                 namespace=target.namespace, key=target.key, tombstone_version=outcome.version
             ))
         async with self.db.transaction() as tx:
-            return await self.enqueue_in(tx, tenant_id, target, strategy, reason, receipt)
+            return await self.enqueue_in(tx, tenant_id, target, strategy, reason, receipt, shred_now=shred_now)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from app.db.database import Database
 from app.db.models import ForgetJob
 from app.forget.executor import ForgetExecutor
-from app.forget.jobs import LeaseLost, Retry
+from app.forget.jobs import LeaseLost, Retry, ShredWait
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.shredding import Shredder
 from app.observability.metrics import Metrics
@@ -98,7 +98,7 @@ class ForgetWorker:
         try:
             await self.executor.execute(job, self.owner)
         except Retry as why:
-            if job.attempts >= MAX_ATTEMPTS:
+            if job.attempts >= MAX_ATTEMPTS and not isinstance(why, ShredWait):
                 await self.executor.give_up(job, self.owner, f"gave up after {job.attempts} attempts: {why}")
                 return
             log.info("forget job requeued", extra={"forget_id": job.id, "why": str(why)})

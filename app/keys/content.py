@@ -83,6 +83,10 @@ class Sealer:
                 found.add(leaf)
         return found
 
+    async def reachable(self, tenant: str) -> None:
+        """`Unavailable` (503, Retry-After) unless the key provider answers now."""
+        await self.keyring.reachable(tenant)
+
     async def shred(self, tenant: str, leaves: Iterable[int]) -> None:
         """Puncture `leaves` in the provider (idempotent), then tell the other processes. `Unavailable`: the provider
         is down and the shred must be retried; this process stopped deriving them already."""

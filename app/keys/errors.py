@@ -35,3 +35,15 @@ class Unavailable(NotReady):
     def __init__(self, detail: str | None = None, *, retry_after_s: int = 2, **extra: Any) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after_s)}, **extra)
         self.retry_after_s = retry_after_s
+
+
+class ShredPending(Unavailable):
+    """A forget that asked for `"shred": "now"` committed (what it erased is gone from every live row), but the key
+    provider refused the shred after the commit: 503 naming the forget job, whose `erasure` says when the worker's
+    retry completed it (within the erasure horizon)."""
+
+    def __init__(self, forget_id: str) -> None:
+        super().__init__(
+            f"forgotten, but its keys could not be destroyed now: forget job {forget_id} completes the shred within "
+            "the erasure horizon (its `erasure.at_rest`)", forget_id=forget_id,
+        )

@@ -108,6 +108,11 @@ class Keyring:
 
         return await self._cached(self.covers, (tenant, shard), fetch)
 
+    async def reachable(self, tenant: str) -> None:
+        """`Unavailable` unless the provider answers now (a read of the tenant's first shard, never cached): asked
+        before a forget that must shred at once writes anything."""
+        await asyncio.to_thread(self.provider.read, tenant, 0)
+
     async def key(self, tenant: str, leaf: int) -> bytes:
         """The data key of `leaf`; `Erased` once a forget punctured it."""
         cover = await self._cover(tenant, shard_of(leaf))

@@ -44,15 +44,15 @@ class ForgetCascade(Protocol):
     `enqueue` is called inside the tombstone's transaction, so the job is enqueued if and only if the tombstone
     commits (a transactional outbox); the job records the leaves `erased` names. Returns the job id (`fgt_...`)
     that DELETE answers as `forget_id`. `shred` is called once that transaction committed: it punctures the leaves
-    and records the job's erasure at rest complete, or leaves it pending (the key provider is down) for the forget
-    worker to retry.
+    and records the job's erasure at rest complete (True), or leaves it pending (the key provider is down) for the
+    forget worker to retry (False).
     """
 
     async def enqueue(
         self, sql: Sql, *, tenant_id: str, namespace: str, key: str, tombstone_version: int, erased: ErasedHistory
     ) -> str | None: ...
 
-    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> None: ...
+    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> bool: ...
 
 
 class NoCascade:
@@ -67,8 +67,9 @@ class NoCascade:
     ) -> str | None:
         return None
 
-    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> None:
+    async def shred(self, tenant_id: str, forget_id: str | None, leaves: list[int]) -> bool:
         await self.sealer.shred(tenant_id, leaves)
+        return True
 
 
 async def expire_in(sql: Sql, cascade: ForgetCascade, tenant_id: str, namespace: str, key: str) -> Tombstoned | None:

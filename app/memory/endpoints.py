@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
+from app.keys.shred import SHRED_DOC, Shred
 from app.memory.catalog import MemoryCatalog
 from app.memory.schemas import (
     KEY_PATTERN,
@@ -245,6 +246,10 @@ async def write_record(
     "/{namespace}/{key}", response_model=MemoryForgetOut, summary="Forget: write a tombstone",
     responses={409: problem_doc("The key kept changing while it was being forgotten: retry; or `legal_hold`: a "
                                 "standing legal hold covers the namespace (`hold_id` names the hold)"),
+               503: problem_doc("`keys-unavailable` (with `Retry-After`): `shred=now` and the key provider does not "
+                                "answer, so nothing was written; or it refused the shred after the tombstone "
+                                "committed: the key is forgotten and `forget_id` names the job that completes the "
+                                "shred within the erasure horizon"),
                **token_responses(200)},
 )
 async def forget_record(
@@ -263,8 +268,9 @@ async def forget_record(
             description="Recorded on the tombstone's history entry",
         ),
     ] = "user",
+    shred: Annotated[Shred, Query(description=SHRED_DOC)] = "horizon",
 ) -> MemoryForgetOut:
-    outcome = await memory.forget(principal.tenant_id, namespace, key, source=source)
+    outcome = await memory.forget(principal.tenant_id, namespace, key, source=source, shred_now=shred == "now")
     if outcome.forget_id is not None:
         container.forget_wake.set()  # this process's worker starts the cascade now
     response.headers["ETag"] = etag(outcome.version)

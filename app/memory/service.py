@@ -30,6 +30,7 @@ from app.db.statements import InSession, Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from app.holds.guard import refuse_namespace
 from app.keys.content import Sealer
+from app.keys.errors import ShredPending
 from app.memory.cascade import Expiry, ForgetCascade, NoCascade
 from app.memory.repositories import records as repo
 from app.memory.repositories import search as search_repo
@@ -162,16 +163,26 @@ class MemoryService:
                 )
         return WriteOutcome(key=key, version=written.version, created=base_version == 0, updated_at=written.updated_at)
 
-    async def forget(self, tenant_id: str, namespace: str, key: str, *, source: str = "user") -> ForgetOutcome:
-        """Tombstone the key; returns only after the tombstone (and the erasure of every earlier value) committed."""
+    async def forget(
+        self, tenant_id: str, namespace: str, key: str, *, source: str = "user", shred_now: bool = False
+    ) -> ForgetOutcome:
+        """Tombstone the key; returns only after the tombstone (and the erasure of every earlier value) committed.
+        With `shred_now`, also only once their keys are destroyed: a provider that does not answer refuses it before
+        anything is written (`Unavailable`), and one that refuses the shred after the commit answers `ShredPending`
+        (the key is forgotten; its job completes the shred)."""
         check_namespace(namespace)
         check_key(key)
         check_source(source)
+        if shred_now:
+            await self.sealer.reachable(tenant_id)
         async with self.db.pg_transaction(forget=True) as sql:  # the tombstone and its cascade job commit together
             await refuse_namespace(sql, tenant_id, namespace)  # 409 legal_hold while a hold covers it
             outcome, erased = await forget_in(sql, self.cascade, tenant_id, namespace, key, source=source)
         # After the commit, never before: a shred whose tombstone rolled back would erase a live value.
-        await self.cascade.shred(tenant_id, outcome.forget_id, outcome.leaves)
+        shredded = await self.cascade.shred(tenant_id, outcome.forget_id, outcome.leaves)
+        if shred_now and not shredded:
+            assert outcome.forget_id is not None  # leaves to shred: the tombstone recorded them on its job
+            raise ShredPending(outcome.forget_id)
         log.info(
             "memory key forgotten",
             extra={

@@ -21,8 +21,8 @@ import pytest
 from app.keys.errors import Erased
 from app.keys.keyring import Keyring
 from app.sessions.repositories.sealing import binding
-from tests.forget.forget_helpers import artifacts, forget, run_script, user
-from tests.support import files_holding, fresh_keyring, sql, stored_artifacts
+from tests.forget.forget_helpers import artifacts, forget, run_script, user, wait_job
+from tests.support import files_holding, fresh_keyring, problem, sql, stored_artifacts
 
 FAST = {"temperature": 0, "max_tokens": 4, "seed": 3}
 
@@ -111,3 +111,56 @@ def test_tenants_artifacts_are_sealed_apart(
     assert job["status"] == "succeeded" and job["erasure"]["at_rest"] == "complete"
     assert _opens(fresh_keyring(live_server), b)
     assert any(x["content"] == "Theirs: red." for x in artifacts(other_tenant, theirs))
+
+
+def test_a_forget_that_asks_to_shred_now_is_refused_while_the_provider_is_down(
+    client: httpx.Client, database_url: str, tmp_path: Path, override_service: Any
+) -> None:
+    from app.forget.endpoints import get_forget
+
+    session_id, ids = run_script(client, [[user("My PIN is 4471.")], [user("Hi.")]], FAST)
+    blocked = tmp_path / "keys-down"
+    blocked.write_text("not a directory")
+    override_service(get_forget, "forget", key_dir=blocked)
+    body = {"target": {"artifact_id": ids[0][0]}, "shred": "now"}
+    refused = client.post("/v1/forget", json=body)
+    assert problem(refused, 503)["type"].endswith("keys-unavailable") and int(refused.headers["Retry-After"]) > 0
+    queued = sql(database_url, "SELECT count(*) AS n FROM forget_jobs WHERE target->>'artifact_id' = $1", ids[0][0])
+    assert queued[0]["n"] == 0  # nothing queued
+    problem(client.post("/v1/forget", json={**body, "shred": "later"}), 422)
+    assert "4471" in str(artifacts(client, session_id))
+
+
+def test_a_forget_that_asks_to_shred_now_ends_only_once_its_keys_are_destroyed(
+    client: httpx.Client, database_url: str, live_server: Any
+) -> None:
+    """The key provider refuses the shred at the job's end (every other step done): the job does not read as
+    succeeded, and runs its end again until the shred lands; then it ends `at_rest: complete`. A job without
+    `shred: now` would have ended with its shred pending (test_memory_at_rest.py)."""
+    import threading
+
+    from app.keys.errors import Unavailable
+
+    session_id, ids = run_script(client, [[user("My PIN is 5590.")], [user("Hi.")]], FAST)
+    keyring = live_server.app.state.container.sealer.keyring
+    shred, refusals, refused = keyring.shred, [], threading.Event()
+
+    async def refusing(tenant: str, leaves: Any) -> None:
+        refusals.append(len(list(leaves)))
+        refused.set()
+        raise Unavailable("the key provider is down")
+
+    keyring.shred = refusing
+    try:
+        job = forget(client, {"artifact_id": ids[0][0]}, shred="now")
+        assert refused.wait(240), "the job never reached its shred"
+        while len(refusals) < 3:  # refused again and again: the job's end retries it (and the worker's sweep)
+            refused.clear()
+            assert refused.wait(240), "the shred was not retried"
+        [row] = sql(database_url, "SELECT status, shred_now, shredded_at FROM forget_jobs WHERE id = $1", job["id"])
+        assert row["status"] in ("queued", "running") and row["shred_now"] and row["shredded_at"] is None, row
+        assert "5590" not in str(artifacts(client, session_id))  # the live erasure is done
+    finally:
+        keyring.shred = shred
+    done = wait_job(client, job["id"])
+    assert done["status"] == "succeeded" and done["erasure"]["at_rest"] == "complete", done

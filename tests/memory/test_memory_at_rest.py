@@ -424,3 +424,66 @@ def test_a_shred_is_announced_to_every_process(database_url: str) -> None:
         return heard
 
     assert asyncio.run(listen()) == [("ten_elsewhere", [4096, 4097, 9])]
+
+
+@pytest.mark.usefixtures("provider_down")
+def test_a_delete_that_asks_to_shred_now_is_refused_while_the_provider_is_down(
+    client: httpx.Client, ns: str, database_url: str
+) -> None:
+    """Without `shred=now` the tombstone commits and the shred waits for the provider (the test above); with it the
+    DELETE is refused before anything is written."""
+    refused = client.delete(f"/v1/memory/{ns}/k", params={"shred": "now"})
+    assert problem(refused, 503)["type"].endswith("keys-unavailable") and int(refused.headers["Retry-After"]) > 0
+    assert sql(database_url, "SELECT count(*) AS n FROM memory_records WHERE namespace = $1", ns)[0]["n"] == 0
+    problem(client.delete(f"/v1/memory/{ns}/k", params={"shred": "soon"}), 422)
+
+
+def test_a_delete_that_asks_to_shred_now_answers_once_shredded(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any
+) -> None:
+    tenant_id = _tenant(database_url)
+    create(client, ns, "k", "v")
+    head = _head(database_url, ns, "k", tenant_id)
+    forgot = client.delete(f"/v1/memory/{ns}/k", params={"shred": "now"})
+    assert forgot.status_code == 200, forgot.text
+    job = client.get(f"/v1/forget/{forgot.json()['forget_id']}").json()
+    assert job["erasure"]["at_rest"] == "complete" and job["erasure"]["at_rest_complete_at"] is not None
+    with pytest.raises(Erased):
+        _unseal(fresh_keyring(live_server), binding(tenant_id, RECORDS, ns, "k", 1), head["value_sealed"])
+
+
+def test_a_shred_refused_after_the_tombstone_committed_answers_503_naming_its_job(
+    ns: str, database_url: str, live_server: Any
+) -> None:
+    """The provider answered the check but refuses the shred (it went down in between): the key is forgotten, the
+    answer is 503 `keys-unavailable` naming the job, and the worker's sweep completes the shred."""
+    from app.forget.cascade import JobCascade
+    from app.forget.shredding import Shredder
+    from app.keys.errors import ShredPending, Unavailable
+
+    tenant_id = _tenant(database_url)
+
+    async def run() -> str:
+        db = Database(database_url, pool_size=2)
+        try:
+            sealer = sealer_of(live_server, db)
+            memory = MemoryService(db, sealer, cascade=JobCascade(sealer=sealer, shredder=Shredder(db, sealer)))
+            await memory.write(tenant_id, ns, "k", value="v", base_version=0, source="user")
+
+            async def refused(_tenant: str, _leaves: Any) -> None:
+                raise Unavailable("the key provider went away")
+
+            sealer.keyring.shred = refused  # the provider goes down between the check and the shred
+            with pytest.raises(ShredPending) as pending:
+                await memory.forget(tenant_id, ns, "k", shred_now=True)
+            return str(pending.value.extra["forget_id"])
+        finally:
+            await db.close()
+
+    forget_id = asyncio.run(run())
+    [job] = sql(database_url, "SELECT shredded_at FROM forget_jobs WHERE id = $1", forget_id)
+    assert job["shredded_at"] is None
+    assert _head(database_url, ns, "k", tenant_id)["version"] == 2  # the tombstone committed
+    sweep_shreds(database_url, live_server)
+    [job] = sql(database_url, "SELECT shredded_at FROM forget_jobs WHERE id = $1", forget_id)
+    assert job["shredded_at"] is not None

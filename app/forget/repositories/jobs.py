@@ -296,7 +296,9 @@ async def held_by(db: AsyncSession, tenant_id: str, hold_id: str, *, limit: int)
     return list((await db.execute(stmt)).scalars().all())
 
 
-async def confirm_plan(db: AsyncSession, job: ForgetJob, strategy: str, reason: str | None) -> bool:
+async def confirm_plan(
+    db: AsyncSession, job: ForgetJob, strategy: str, reason: str | None, *, shred_now: bool = False
+) -> bool:
     """A planned job (opened) becomes queued (its plan, kept in the receipt, gives way to the receipt to come), its
     target and `reason` sealed again under its leaf; False when it was confirmed already."""
     sealer = sealer_of(db) if holds_content(job.target, reason) else None
@@ -304,7 +306,7 @@ async def confirm_plan(db: AsyncSession, job: ForgetJob, strategy: str, reason: 
     stmt = (
         update(ForgetJob)
         .where(ForgetJob.tenant_id == job.tenant_id, ForgetJob.id == job.id, ForgetJob.status == "planned")
-        .values(status="queued", strategy=strategy, receipt={}, **columns)
+        .values(status="queued", strategy=strategy, receipt={}, shred_now=shred_now, **columns)
         .returning(ForgetJob.id)
     )
     return (await db.execute(stmt)).first() is not None
