@@ -122,8 +122,8 @@ class Container:
             on_finished=lambda strategy: self.metrics.job_finished(strategy, "succeeded", 0),
             sealer=sealer, shredder=self.shredder, horizon_s=horizon_s,
         ))
-        erasure = SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder, horizon_s=horizon_s,
-                                 metrics=self.metrics)
+        erasure = SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder, self.embedder,
+                                 horizon_s=horizon_s, metrics=self.metrics)
         self.services = Services(
             sessions=sessions,
             forget=forget,

@@ -214,6 +214,19 @@ async def embed_query(
     return vectors[-1]
 
 
+async def embed_observations(db: Database, embedder: Embedder, session_id: str, *, outputs: bool = False) -> None:
+    """Embed every observation of the session (model outputs too with `outputs`) that has no vector yet, so `similar`
+    sees all of them: for a caller that embedded its query once for many sessions (a subject's `also.query`)."""
+    excluded = _excluded(outputs)
+    async with db.transaction() as tx:
+        missing = [(a.id, a.content) for a in await search_repo.unembedded_observations(tx, session_id, excluded)]
+    if not missing:
+        return
+    vectors = await embedder.embed([content for _, content in missing])
+    async with db.transaction() as tx:
+        await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=True)})
+
+
 async def similar(
     tx: AsyncSession, session_id: str, vector: list[float], min_similarity: float | None, *, outputs: bool = False
 ) -> list[str]:

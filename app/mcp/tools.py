@@ -24,12 +24,13 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import Field
 
 from app.container import Container
-from app.errors import LetheError, NotFound
+from app.errors import InvalidRequest, LetheError, NotFound
 from app.forget.jobs import JobView, Submission
+from app.forget.locate import DEFAULT_MIN_SIMILARITY
 from app.forget.schemas import job_out
 from app.ids import SUBJECT_ID_PATTERN
 from app.memory.service import Forgotten
-from app.subjects.schemas import MAX_ALSO
+from app.subjects.schemas import MAX_ALSO, MAX_QUERY
 from app.subjects.service import SubjectService
 
 SCOPE_KEY = "lethe.mcp"  # what mount.py leaves in the request's ASGI scope: the container and the tenant
@@ -46,6 +47,17 @@ AlsoText = Annotated[
     list[Annotated[str, Field(min_length=1, max_length=1000)]] | None,
     Field(max_length=MAX_ALSO, description="What the person said inside other people's sessions (a shared support "
           "session): each session holding one of these texts is forgotten of it by selective replay"),
+]
+AlsoQuery = Annotated[
+    str | None,
+    Field(min_length=1, max_length=MAX_QUERY, description="What the person said inside other people's sessions, by "
+          "meaning: each session with an observation at least also_min_similarity similar to it is forgotten of "
+          "every observation that similar, by selective replay"),
+]
+AlsoMinSimilarity = Annotated[
+    float | None,
+    Field(ge=-1.0, le=1.0, description=f"The cosine similarity also_query needs (default {DEFAULT_MIN_SIMILARITY}); "
+          "only with also_query"),
 ]
 
 
@@ -233,22 +245,38 @@ async def subject_export(subject_id: SubjectId, ctx: Context) -> dict[str, Any]:
     return await answer(_export(who.container.services.subjects, who.tenant_id, subject_id))
 
 
-async def subject_erase_plan(subject_id: SubjectId, ctx: Context, also_text: AlsoText = None) -> dict[str, Any]:
+def _also_query(query: str | None, min_similarity: float | None) -> dict[str, Any]:
+    if min_similarity is not None and query is None:
+        raise tool_error(InvalidRequest("also_min_similarity applies only with also_query"))
+    return {"query": query, "min_similarity": min_similarity}
+
+
+async def subject_erase_plan(
+    subject_id: SubjectId, ctx: Context, also_text: AlsoText = None, also_query: AlsoQuery = None,
+    also_min_similarity: AlsoMinSimilarity = None,
+) -> dict[str, Any]:
     """Plan a data subject's erasure without doing it (a dry run): the sessions that would be deleted whole, the
-    namespaces whose live keys would be tombstoned, other sessions `also_text` reaches, and what a legal hold keeps
-    out (`held`). Nothing changes; confirm with subject_erase_confirm."""
+    namespaces whose live keys would be tombstoned, other sessions `also_text` or `also_query` reaches, and what a
+    legal hold keeps out (`held`). Nothing changes; confirm with subject_erase_confirm."""
+    query = _also_query(also_query, also_min_similarity)
     who = caller(ctx)
-    plan = await answer(who.container.services.subject_erasure.plan(who.tenant_id, subject_id, also_text or []))
+    plan = await answer(who.container.services.subject_erasure.plan(who.tenant_id, subject_id, also_text or [],
+                                                                    **query))
     return plan.out().model_dump(mode="json")
 
 
-async def subject_erase_confirm(subject_id: SubjectId, ctx: Context, also_text: AlsoText = None) -> dict[str, Any]:
+async def subject_erase_confirm(
+    subject_id: SubjectId, ctx: Context, also_text: AlsoText = None, also_query: AlsoQuery = None,
+    also_min_similarity: AlsoMinSimilarity = None,
+) -> dict[str, Any]:
     """Erase everything a data subject owns, for real: each of their sessions deleted whole, every live key of their
-    namespaces tombstoned; answers the finished forget job whose `subject` names it all (its receipt is a resource).
-    A legal hold on the subject refuses it (status 409, type legal_hold, `hold_id`)."""
+    namespaces tombstoned, and a forget queued in each other session `also_text` or `also_query` reaches; answers
+    the finished forget job whose `subject` names it all (its receipt is a resource). A legal hold on the subject
+    refuses it (status 409, type legal_hold, `hold_id`)."""
+    query = _also_query(also_query, also_min_similarity)
     who = caller(ctx)
     erasure = who.container.services.subject_erasure
-    return job(await answer(erasure.erase(who.tenant_id, subject_id, also_text or [])))
+    return job(await answer(erasure.erase(who.tenant_id, subject_id, also_text or [], **query)))
 
 
 async def forget_receipt(job_id: str, ctx: Context) -> str:

@@ -87,7 +87,11 @@ async def export_subject(subject_id: SubjectId, principal: PrincipalDep, subject
 async def erase_subject(
     subject_id: SubjectId, body: SubjectErase, principal: PrincipalDep, erasure: ErasureDep
 ) -> ForgetJobOut | SubjectErasePlan:
-    also = [] if body.also is None else body.also.text
+    also = body.also
+    texts = (also.text or []) if also else []
+    query, min_similarity = (also.query, also.min_similarity) if also else (None, None)
     if body.dry_run:
-        return (await erasure.plan(principal.tenant_id, subject_id, also)).out()
-    return job_out(await erasure.erase(principal.tenant_id, subject_id, also))
+        plan = await erasure.plan(principal.tenant_id, subject_id, texts, query=query, min_similarity=min_similarity)
+        return plan.out()
+    return job_out(await erasure.erase(principal.tenant_id, subject_id, texts, query=query,
+                                       min_similarity=min_similarity))

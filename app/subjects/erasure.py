@@ -13,23 +13,32 @@ selective replay: every other session of the tenant is searched (sealed content 
 at a time), and each one holding a text gets a text forget, queued; the receipt names the session and the job,
 never the text (the job's own target is sealed and erased when it ends).
 
+With `also.query`, the same by meaning: the query is embedded once, and every other session of the tenant whose
+observations (everything but the model's outputs, as a forget's query target has it; those without a vector are
+embedded first, sealed as any) hold one at least `min_similarity` similar to it (default 0.5, `DEFAULT_MIN_SIMILARITY`)
+gets a query forget, queued: the forget worker drops every observation that similar by selective replay. The receipt
+names the session and the job, never the query.
+
 Legal holds (app/holds/): a hold on the subject refuses the whole erasure (409 `legal_hold`); a hold on one of
 their sessions or namespaces (or on another subject's session `also` reaches) skips that part, which the receipt's
 `held` names with the hold, and the erasure is recorded as deferred on the hold: releasing it runs the erasure again.
 The plan (dry run) names the held parts the same way.
 
 It runs in the request, one object at a time: a session or key the person gets while it runs is not in it (erase
-again). Not built yet: `also.query` (a semantic predicate).
+again).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.db.database import Database
 from app.db.statements import InSession
+from app.embeddings import Embedder
 from app.errors import LegalHold, NotFound
+from app.forget import locate
 from app.forget.jobs import JobView, Submission, view_of
 from app.forget.receipts import JobReceipt, SubjectEntry
 from app.forget.repositories import jobs as jobs_repo
@@ -60,6 +69,7 @@ class Plan:
     namespaces: list[str] = field(default_factory=list)
     memory_keys: dict[str, list[str]] = field(default_factory=dict)  # namespace → live keys
     also: dict[str, list[str]] = field(default_factory=dict)  # another's session → the texts of `also` it holds
+    also_query: list[str] = field(default_factory=list)  # another's session with an observation like `also.query`
     held: list[dict[str, str]] = field(default_factory=list)  # {hold_id, session_id | namespace}: skipped
 
     @property
@@ -70,13 +80,20 @@ class Plan:
         """What a dry run answers (the HTTP route and the MCP tool)."""
         return SubjectErasePlan(subject_id=self.subject_id, sessions=self.sessions, conversations=self.conversations,
                                 namespaces=self.namespaces, memory_keys=sum(map(len, self.memory_keys.values())),
-                                also=list(self.also), held=self.held)
+                                also=self.also_sessions, held=self.held)
+
+    @property
+    def also_sessions(self) -> list[str]:
+        """Other subjects' sessions `also` reaches, by text or by query, each once."""
+        return list(dict.fromkeys([*self.also, *self.also_query]))
 
 
 class SubjectErasure:
     def __init__(self, db: Database, sealer: Sealer, sessions: SessionService, memory: MemoryService,
-                 forget: ForgetService, shredder: Shredder, *, horizon_s: int, metrics: Metrics | None = None) -> None:
+                 forget: ForgetService, shredder: Shredder, embedder: Embedder, *, horizon_s: int,
+                 metrics: Metrics | None = None) -> None:
         self.db = db
+        self.embedder = embedder  # embeds `also.query` once, and other sessions' observations that have no vector
         self.sealer = sealer
         self.sessions = sessions
         self.memory = memory
@@ -85,7 +102,10 @@ class SubjectErasure:
         self.horizon_s = horizon_s
         self.metrics = metrics
 
-    async def plan(self, tenant_id: str, subject_id: str, also: Sequence[str] = ()) -> Plan:
+    async def plan(self, tenant_id: str, subject_id: str, also: Sequence[str] = (), *, query: str | None = None,
+                   min_similarity: float | None = None) -> Plan:
+        """`also`: texts, and `query` (with its `min_similarity`, default DEFAULT_MIN_SIMILARITY): what `also` of
+        the request gives."""
         async with self.db.transaction() as tx:
             subject = await repo.get(tx, tenant_id, subject_id)
         if subject is None:
@@ -111,6 +131,8 @@ class SubjectErasure:
             plan.memory_keys[namespace] = keys
         if also:
             plan.also = await self._holding(tenant_id, subject_id, also)
+        if query is not None:
+            plan.also_query = await self._similar(tenant_id, subject_id, query, min_similarity)
         await self._skip_held(tenant_id, plan)
         return plan
 
@@ -119,7 +141,7 @@ class SubjectErasure:
         again inside each deleting transaction, so a hold placed after this read still stops it)."""
         async with self.db.transaction() as tx:
             sql = InSession(tx)
-            for session_id in [*plan.sessions, *plan.also]:
+            for session_id in [*plan.sessions, *plan.also_sessions]:
                 held = await session_hold(sql, tenant_id, session_id, lock=False)
                 if held is not None:
                     plan.held.append({"hold_id": held.id, "session_id": session_id})
@@ -130,6 +152,7 @@ class SubjectErasure:
         skipped = {h.get("session_id") for h in plan.held} | {h.get("namespace") for h in plan.held}
         plan.sessions = [s for s in plan.sessions if s not in skipped]
         plan.also = {s: t for s, t in plan.also.items() if s not in skipped}
+        plan.also_query = [s for s in plan.also_query if s not in skipped]
         plan.memory_keys = {n: k for n, k in plan.memory_keys.items() if n not in skipped}
 
     async def _holding(self, tenant_id: str, subject_id: str, texts: Sequence[str]) -> dict[str, list[str]]:
@@ -157,10 +180,30 @@ class SubjectErasure:
                 return found
             after = page[-1]
 
-    async def erase(self, tenant_id: str, subject_id: str, also: Sequence[str] = ()) -> JobView:
+    async def _similar(self, tenant_id: str, subject_id: str, query: str, min_similarity: float | None) -> list[str]:
+        """Other subjects' sessions with an observation at least `min_similarity` similar to `query`, which is
+        embedded once; each session's observations without a vector are embedded first (in their own short
+        transactions, as a forget's query target has them), and the whole tenant is read."""
+        [vector] = await self.embedder.embed([query])
+        found: list[str] = []
+        after = ""
+        while True:
+            async with self.db.transaction() as tx:
+                page = await repo.others_after(tx, tenant_id, subject_id, after, PAGE)
+            for session_id in page:
+                await locate.embed_observations(self.db, self.embedder, session_id)
+                async with self.db.transaction() as tx:
+                    if await locate.similar(tx, session_id, vector, min_similarity):
+                        found.append(session_id)
+            if len(page) < PAGE:
+                return found
+            after = page[-1]
+
+    async def erase(self, tenant_id: str, subject_id: str, also: Sequence[str] = (), *, query: str | None = None,
+                    min_similarity: float | None = None) -> JobView:
         async with self.db.transaction() as tx:  # a hold on the whole subject: 409, nothing erased
             await refuse_subject(InSession(tx), tenant_id, subject_id)
-        plan = await self.plan(tenant_id, subject_id, also)
+        plan = await self.plan(tenant_id, subject_id, also, query=query, min_similarity=min_similarity)
         held = list(plan.held)
         jobs: list[str] = []
         leaves: list[int] = []
@@ -189,16 +232,7 @@ class SubjectErasure:
                 tombstoned += not outcome.already_forgotten
                 leaves += outcome.leaves
                 jobs += [outcome.forget_id] if outcome.forget_id else []
-        others = []
-        for session_id, texts in plan.also.items():
-            for text in texts:  # queued, each a selective replay the forget worker runs: its receipt says when done
-                try:
-                    job = await self.forget.submit(
-                        tenant_id, Submission(target={"session_id": session_id, "text": text}))
-                except LegalHold as hold:
-                    held.append({"hold_id": hold.hold_id, "session_id": session_id})
-                    break
-                others.append({"session_id": session_id, "forget_id": job.id})
+        others = await self._forget_also(tenant_id, plan, query, min_similarity, held)
         entry = SubjectEntry(
             subject_id=subject_id, sessions=erased_sessions,
             conversations=[plan.conversation_of[s] for s in erased_sessions if s in plan.conversation_of],
@@ -230,3 +264,28 @@ class SubjectErasure:
             row = await jobs_repo.get(tx, tenant_id, job_id)
         assert row is not None
         return view_of(row)
+
+    async def _forget_also(self, tenant_id: str, plan: Plan, query: str | None, min_similarity: float | None,
+                           held: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The forgets `also` asks for in other subjects' sessions, queued, each a selective replay the forget worker
+        runs (its receipt says when done): `{session_id, forget_id}` of each; a session a hold covers now is added
+        to `held` instead."""
+        targets: list[tuple[str, dict[str, Any]]] = [
+            (s, {"session_id": s, "text": t}) for s, texts in plan.also.items() for t in texts
+        ]
+        if query is not None:
+            targets += [(s, {"session_id": s, "query": query, "min_similarity": min_similarity})
+                        for s in plan.also_query]
+        others: list[dict[str, str]] = []
+        refused: set[str] = set()
+        for session_id, target in targets:
+            if session_id in refused:
+                continue
+            try:
+                job = await self.forget.submit(tenant_id, Submission(target=target))
+            except LegalHold as hold:
+                held.append({"hold_id": hold.hold_id, "session_id": session_id})
+                refused.add(session_id)
+                continue
+            others.append({"session_id": session_id, "forget_id": job.id})
+        return others

@@ -5,14 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.forget.locate import DEFAULT_MIN_SIMILARITY
 from app.memory.schemas import NAMESPACE_PATTERN
 from app.request_model import RequestModel
 
 MAX_NAMESPACES = 100
 MAX_LISTED = 100
 MAX_ALSO = 20
+MAX_QUERY = 10_000
 Namespace = Annotated[str, Field(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)]
 
 
@@ -38,12 +40,45 @@ class SubjectOut(BaseModel):
         "subject_id | session_id | namespace, reason, created_at}}`")
 
 
+def _also_schema(schema: dict[str, Any]) -> None:
+    """SubjectAlso's validator in the JSON Schema: `text` or `query` (or both), and `min_similarity` only with
+    `query`."""
+    schema["anyOf"] = [
+        {"required": [given], "properties": {given: {"type": kind}}} for given, kind in (("text", "array"),
+                                                                                        ("query", "string"))
+    ]
+    schema["if"] = {"required": ["min_similarity"], "properties": {"min_similarity": {"type": "number"}}}
+    schema["then"] = {"required": ["query"], "properties": {"query": {"type": "string"}}}
+
+
 class SubjectAlso(RequestModel):
-    text: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
-        min_length=1, max_length=MAX_ALSO,
+    """What the subject left in other subjects' sessions (and in sessions of no one's): `text`, `query` or both."""
+
+    model_config = ConfigDict(json_schema_extra=_also_schema)
+
+    text: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ALSO,
         description="What they said that entered other subjects' sessions: each session whose user messages, "
         "documents or tool results hold one of these is forgotten of it by selective replay",
     )
+    query: str | None = Field(
+        default=None, min_length=1, max_length=MAX_QUERY,  # as a forget's query target (app/forget/schemas.py)
+        description="A semantic predicate: each session with an observation at least `min_similarity` similar to it "
+        "gets a query forget (every observation that similar dropped, by selective replay)",
+    )
+    min_similarity: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description=f"Cosine similarity an observation needs to match `query` (default {DEFAULT_MIN_SIMILARITY}); "
+        "only with `query`",
+    )
+
+    @model_validator(mode="after")
+    def _text_or_query(self) -> SubjectAlso:
+        if self.text is None and self.query is None:
+            raise ValueError("give text, query or both")
+        if self.min_similarity is not None and self.query is None:
+            raise ValueError("min_similarity applies only with query")
+        return self
 
 
 class SubjectErase(RequestModel):
@@ -62,7 +97,9 @@ class SubjectErasePlan(BaseModel):
     conversations: list[str]
     namespaces: list[str]
     memory_keys: int = Field(description="Live memory keys that would be tombstoned, each with its cascade")
-    also: list[str] = Field(default_factory=list, description="Other subjects' sessions `also.text` would reach")
+    also: list[str] = Field(
+        default_factory=list, description="Other subjects' sessions `also.text` or `also.query` would reach",
+    )
     held: list[dict[str, str]] = Field(
         default_factory=list,
         description="`{hold_id, session_id}` or `{hold_id, namespace}`: what a standing legal hold keeps out (the "

@@ -72,6 +72,7 @@ def shapes(session_id: str) -> list[Shape]:
         }),
         Shape("PUT", "/v1/subjects/s1", {"memory_namespaces": ["ns"]}),
         Shape("POST", "/v1/subjects/s1/erase", {"dry_run": True, "also": {"text": ["t"]}, "reason": "r"}),
+        Shape("POST", "/v1/subjects/s1/erase", {"dry_run": True, "also": {"query": "q", "min_similarity": 0.5}}),
         Shape("POST", "/v1/holds", {"subject_id": "s1", "reason": "r"}),
         Shape("POST", "/v1/holds", {"session_id": SES, "reason": "r"}),
         Shape("POST", "/v1/holds", {"namespace": "ns", "reason": "r"}),

@@ -174,6 +174,8 @@ async def test_subject_tools_export_plan_and_erase_what_a_person_owns(served: Le
             assert "pattern" in bad.content[0].text  # type: ignore[union-attr]
             missing = await refused(client, "subject_erase_plan", subject_id="mcp-nobody-" + uuid.uuid4().hex[:8])
             assert missing["status"] == 404
+            alone = await refused(client, "subject_erase_plan", subject_id=subject, also_min_similarity=0.9)
+            assert alone["status"] == 422 and "also_query" in alone["detail"]  # a threshold needs its query
 
 
 async def test_no_key_no_mcp_and_tenants_stay_apart(served: LetheServer) -> None:

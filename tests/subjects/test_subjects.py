@@ -7,13 +7,19 @@ Against the run's real server, PostgreSQL and tiny model.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 
+from app.db.database import Database
+from app.tenants.service import TenantService
+from tests.conftest import LiveServer
 from tests.forget.forget_helpers import artifacts, forget, run_script, user, wait_job
 from tests.support import problem
 
@@ -30,6 +36,23 @@ def _export(client: httpx.Client, subject_id: str) -> dict[str, Any]:
     assert r.headers["content-type"].startswith("application/json")
     exported: dict[str, Any] = json.loads(r.text)
     return exported
+
+
+@pytest.fixture
+def own_tenant(live_server: LiveServer, database_url: str) -> Iterator[httpx.Client]:
+    """A tenant of its own: `also` reads the whole tenant, so what it reaches is exactly what the test made."""
+
+    async def create() -> str:
+        db = Database(database_url, pool_size=1)
+        try:
+            _, key = await TenantService(db).create_tenant("subjects-" + uuid.uuid4().hex[:8])
+        finally:
+            await db.close()
+        return key
+
+    key = asyncio.run(create())
+    with httpx.Client(base_url=live_server.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+        yield c
 
 
 def _put_memory(client: httpx.Client, ns: str, key: str, value: Any) -> None:
@@ -200,7 +223,14 @@ def test_erase_refuses_bad_input_and_unknown_subjects(client: httpx.Client, othe
     assert client.put(f"/v1/subjects/{subject}", json={"memory_namespaces": []}).status_code == 201
     problem(other_tenant.post(f"/v1/subjects/{subject}/erase", json={}), 404)
     problem(client.post(f"/v1/subjects/{_subject()}/erase", json={}), 404)
-    problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"query": "where I live"}}), 422)  # not built
+    for bad_also in ({}, {"text": None, "query": None}, {"query": ""}, {"query": "q" * 10_001},
+                     {"text": ["t"], "min_similarity": 0.5}, {"query": "q", "min_similarity": 1.5},
+                     {"query": "q", "min_similarity": "high"}, {"query": ["q"]}):
+        refused = problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": bad_also}), 422)
+        if bad_also in ({}, {"text": None, "query": None}):
+            assert "give text, query or both" in json.dumps(refused), refused
+        if "min_similarity" in bad_also and "query" not in bad_also:
+            assert "min_similarity applies only with query" in json.dumps(refused), refused
     problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": []}}), 422)
     problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": [""]}}), 422)
     problem(client.post(f"/v1/subjects/{subject}/erase", json={"also": {"text": ["t"] * 21}}), 422)
@@ -230,3 +260,45 @@ def test_also_forgets_what_they_said_in_other_subjects_sessions_by_selective_rep
     assert "QZ-7788" not in json.dumps(artifacts(client, nobodys))
     assert [a["content"] for a in artifacts(client, untouched) if a["kind"] == "user"] == ["Gil likes chess."]
     assert client.get(f"/v1/sessions/{support}").json()["subject_id"] == gil  # still Gil's, without Fran's words
+
+
+# The tiny embedder (all-MiniLM-L6-v2) puts the support message at 0.71 from the query and everything else of the
+# tenant below 0.32 (Hana's own sentence; "Hello, I need help with my order." 0.15, the system prompt 0.07).
+QUERY = "Where Hana lives: her home address"
+SAID = "Hana told me she lives at 14 Juniper Lane in Bristol."
+
+
+def test_also_query_forgets_what_they_said_by_meaning_in_other_subjects_sessions(own_tenant: httpx.Client) -> None:
+    client, hana, ivo = own_tenant, _subject(), _subject()
+    hanas, _ = run_script(client, [[user("My home address is 14 Juniper Lane, Bristol.")]], FAST, subject_id=hana)
+    support, _ = run_script(client, [[user("Hello, I need help with my order.")], [user(SAID)],
+                                     [user("Thanks for the help.")]], FAST, subject_id=ivo)
+    chess, _ = run_script(client, [[user("Ivo likes chess.")]], FAST, subject_id=ivo)
+    nobodys, _ = run_script(client, [[user("The weather in Oslo is cold today.")]], FAST)
+
+    planned = client.post(f"/v1/subjects/{hana}/erase", json={"dry_run": True, "also": {"query": QUERY}})
+    assert planned.status_code == 200, planned.text
+    assert planned.json()["sessions"] == [hanas] and planned.json()["also"] == [support], planned.json()
+    strict = client.post(f"/v1/subjects/{hana}/erase",
+                         json={"dry_run": True, "also": {"query": QUERY, "min_similarity": 0.9}}).json()
+    assert strict["also"] == [], strict
+    loose = client.post(f"/v1/subjects/{hana}/erase",  # text and query together: each session once
+                        json={"dry_run": True, "also": {"text": ["Oslo"], "query": QUERY, "min_similarity": 0.6}})
+    assert sorted(loose.json()["also"]) == sorted([support, nobodys]), loose.json()
+    assert SAID in json.dumps(artifacts(client, support))  # a plan changes nothing
+
+    erased = client.post(f"/v1/subjects/{hana}/erase", json={"also": {"query": QUERY}})
+    assert erased.status_code == 200, erased.text
+    [entry] = erased.json()["subject"]["also"]
+    assert entry["session_id"] == support and "Juniper" not in erased.text and QUERY not in erased.text
+    job = wait_job(client, entry["forget_id"])
+    assert job["status"] == "succeeded" and job["strategy"] == "selective_replay", job
+    assert job["target"]["session_id"] == support and job["target"].get("query") is None  # kept as its length only
+    listed = artifacts(client, support)
+    assert "Juniper" not in json.dumps(listed), listed
+    said = [a["content"] for a in listed if a["kind"] == "user"]
+    assert said == ["Hello, I need help with my order.", "Thanks for the help."], said
+    assert client.get(f"/v1/sessions/{support}").json()["subject_id"] == ivo  # still Ivo's, without Hana's words
+    for untouched, text in ((chess, "Ivo likes chess."), (nobodys, "The weather in Oslo is cold today.")):
+        assert [a["content"] for a in artifacts(client, untouched) if a["kind"] == "user"] == [text]
+    problem(client.get(f"/v1/sessions/{hanas}"), 404)

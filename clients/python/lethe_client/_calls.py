@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 
 T = TypeVar("T")
-TERMINAL_FORGET_STATUSES = frozenset({"succeeded", "failed", "needs_input"})
+TERMINAL_FORGET_STATUSES = frozenset({"succeeded", "failed", "needs_input", "held"})
 
 
 @dataclass(frozen=True)
@@ -232,13 +232,21 @@ def export_subject(subject_id: str) -> Call[dict[str, Any]]:
 
 
 def erase_subject(
-    subject_id: str, *, dry_run: bool, also_text: Sequence[str] | None, reason: str | None
+    subject_id: str, *, dry_run: bool, also_text: Sequence[str] | None, reason: str | None,
+    also_query: str | None = None, also_min_similarity: float | None = None,
 ) -> Call[dict[str, Any]]:
     if isinstance(also_text, str):  # a str is a Sequence[str]: it would go as one text per character
         raise TypeError("also_text is a list of texts, not one text")
     body: dict[str, Any] = {"dry_run": dry_run}
+    also: dict[str, Any] = {}
     if also_text:
-        body["also"] = {"text": list(also_text)}
+        also["text"] = list(also_text)
+    if also_query is not None:
+        also["query"] = also_query
+    if also_min_similarity is not None:  # without also_query the server answers 422: it applies only to a query
+        also["min_similarity"] = also_min_similarity
+    if also:
+        body["also"] = also
     if reason is not None:
         body["reason"] = reason
     return Call("POST", _subject_path(subject_id, "/erase"), _json, json=body)

@@ -222,16 +222,28 @@ class AsyncLetheClient:
         writes block it briefly, as any local file write does."""
         return await self._stream_to(calls.export_subject(subject_id), sink)
 
-    async def subject_erase_plan(self, subject_id: str, *, also_text: Sequence[str] | None = None) -> dict[str, Any]:
-        """What erasing the subject would erase now (a dry run): nothing changes."""
-        return await self._run(calls.erase_subject(subject_id, dry_run=True, also_text=also_text, reason=None))
+    async def subject_erase_plan(
+        self, subject_id: str, *, also_text: Sequence[str] | None = None, also_query: str | None = None,
+        also_min_similarity: float | None = None,
+    ) -> dict[str, Any]:
+        """What erasing the subject would erase now (a dry run): nothing changes. `also_text` and `also_query` (a
+        semantic predicate; `also_min_similarity`, default 0.5 on the server) reach other subjects' sessions."""
+        return await self._run(calls.erase_subject(
+            subject_id, dry_run=True, also_text=also_text, reason=None, also_query=also_query,
+            also_min_similarity=also_min_similarity,
+        ))
 
     async def subject_erase_confirm(
-        self, subject_id: str, *, also_text: Sequence[str] | None = None, reason: str | None = None
+        self, subject_id: str, *, also_text: Sequence[str] | None = None, also_query: str | None = None,
+        also_min_similarity: float | None = None, reason: str | None = None,
     ) -> dict[str, Any]:
-        """Erase everything the subject owns; the finished forget job with its `subject` receipt. Raises LegalHold
-        (`hold_id`) when a hold covers the subject."""
-        return await self._run(calls.erase_subject(subject_id, dry_run=False, also_text=also_text, reason=reason))
+        """Erase everything the subject owns; the finished forget job with its `subject` receipt (`also`: the
+        forget queued in each other session `also_text` or `also_query` reached). Raises LegalHold (`hold_id`)
+        when a hold covers the subject."""
+        return await self._run(calls.erase_subject(
+            subject_id, dry_run=False, also_text=also_text, reason=reason, also_query=also_query,
+            also_min_similarity=also_min_similarity,
+        ))
 
     async def place_hold(
         self,

@@ -217,16 +217,28 @@ class LetheClient:
         A NotFound is raised before anything is written."""
         return self._stream_to(calls.export_subject(subject_id), sink)
 
-    def subject_erase_plan(self, subject_id: str, *, also_text: Sequence[str] | None = None) -> dict[str, Any]:
-        """What erasing the subject would erase now (a dry run): nothing changes."""
-        return self._run(calls.erase_subject(subject_id, dry_run=True, also_text=also_text, reason=None))
+    def subject_erase_plan(
+        self, subject_id: str, *, also_text: Sequence[str] | None = None, also_query: str | None = None,
+        also_min_similarity: float | None = None,
+    ) -> dict[str, Any]:
+        """What erasing the subject would erase now (a dry run): nothing changes. `also_text` and `also_query` (a
+        semantic predicate; `also_min_similarity`, default 0.5 on the server) reach other subjects' sessions."""
+        return self._run(calls.erase_subject(
+            subject_id, dry_run=True, also_text=also_text, reason=None, also_query=also_query,
+            also_min_similarity=also_min_similarity,
+        ))
 
     def subject_erase_confirm(
-        self, subject_id: str, *, also_text: Sequence[str] | None = None, reason: str | None = None
+        self, subject_id: str, *, also_text: Sequence[str] | None = None, also_query: str | None = None,
+        also_min_similarity: float | None = None, reason: str | None = None,
     ) -> dict[str, Any]:
-        """Erase everything the subject owns; the finished forget job with its `subject` receipt. Raises LegalHold
-        (`hold_id`) when a hold covers the subject."""
-        return self._run(calls.erase_subject(subject_id, dry_run=False, also_text=also_text, reason=reason))
+        """Erase everything the subject owns; the finished forget job with its `subject` receipt (`also`: the
+        forget queued in each other session `also_text` or `also_query` reached). Raises LegalHold (`hold_id`)
+        when a hold covers the subject."""
+        return self._run(calls.erase_subject(
+            subject_id, dry_run=False, also_text=also_text, reason=reason, also_query=also_query,
+            also_min_similarity=also_min_similarity,
+        ))
 
     def place_hold(
         self,
