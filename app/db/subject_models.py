@@ -46,6 +46,18 @@ class RetentionPolicy(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
+class RetentionNamespace(Base):
+    """One memory namespace's own `memory_max_age_days` (migration 0026): for its keys it wins over the overrides of
+    the subjects it is linked to, and over the tenant's. NULL defers to those."""
+
+    __tablename__ = "retention_namespaces"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(200), primary_key=True)
+    memory_max_age_days: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
 class RetentionSweep(Base):
     """When a tenant's next retention sweep is due, and the process holding it (a lease)."""
 

@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 
 from app.ids import SUBJECT_ID_PATTERN
-from app.retention.schemas import RetentionOut, RetentionPut
+from app.memory.schemas import NAMESPACE_PATTERN
+from app.retention.schemas import NamespaceRetentionPut, RetentionOut, RetentionPut
 from app.retention.service import RetentionService
 from app.web.deps import ContainerDep, PrincipalDep
 
@@ -40,3 +41,14 @@ async def put_subject_retention(
     body: RetentionPut, principal: PrincipalDep, retention: RetentionDep,
 ) -> RetentionOut:
     return await retention.put(principal.tenant_id, subject_id, body)
+
+
+@router.put(
+    "/namespaces/{namespace}", response_model=RetentionOut,
+    summary="Override the memory limit for one namespace's keys (wins over its subjects' and the tenant's)",
+)
+async def put_namespace_retention(
+    namespace: Annotated[str, Path(min_length=1, max_length=200, pattern=NAMESPACE_PATTERN)],
+    body: NamespaceRetentionPut, principal: PrincipalDep, retention: RetentionDep,
+) -> RetentionOut:
+    return await retention.put_namespace(principal.tenant_id, namespace, body)

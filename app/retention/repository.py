@@ -1,9 +1,10 @@
 """Retention's SQL: the policies, the sweep's lease, and the keyset pages of what expired.
 
 An expired session: idle (no turn, forget or change: `sessions.updated_at`) for longer than its subject's
-`sessions_max_idle_days`, else the tenant's. An expired memory key: live and last written longer ago than
-`memory_max_age_days` of a subject its namespace is linked to (the shortest, if several), else the tenant's. A NULL
-limit keeps forever. `:now` is the sweep's clock (a test moves it; production passes the time).
+`sessions_max_idle_days`, else the tenant's. An expired memory key: live and last written longer ago than its
+namespace's own `memory_max_age_days` (`retention_namespaces`), else that of a subject its namespace is linked to (the
+shortest, if several), else the tenant's. A NULL limit keeps forever (an override's NULL defers to the next). `:now`
+is the sweep's clock (a test moves it; production passes the time).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ _PUT = Statement("""
        SET sessions_max_idle_days = EXCLUDED.sessions_max_idle_days,
            memory_max_age_days = EXCLUDED.memory_max_age_days, updated_at = now()
 """)
+_PUT_NAMESPACE = Statement("""
+    INSERT INTO retention_namespaces (tenant_id, namespace, memory_max_age_days)
+    VALUES (:tenant_id, :namespace, :memory_days)
+    ON CONFLICT (tenant_id, namespace) DO UPDATE
+       SET memory_max_age_days = EXCLUDED.memory_max_age_days, updated_at = now()
+""")
 _DUE_NOW = Statement("""
     INSERT INTO retention_sweeps (tenant_id, next_at) VALUES (:tenant_id, now())
     ON CONFLICT (tenant_id) DO UPDATE SET next_at = now()
@@ -29,6 +36,10 @@ _DUE_NOW = Statement("""
 _POLICIES = Statement("""
     SELECT subject_id, sessions_max_idle_days, memory_max_age_days, updated_at FROM retention_policies
     WHERE tenant_id = :tenant_id ORDER BY subject_id LIMIT :limit
+""")
+_NAMESPACES = Statement("""
+    SELECT namespace, memory_max_age_days, updated_at FROM retention_namespaces
+    WHERE tenant_id = :tenant_id ORDER BY namespace LIMIT :limit
 """)
 _SWEEP = Statement("SELECT next_at, last_forget_id FROM retention_sweeps WHERE tenant_id = :tenant_id")
 _CLAIM = Statement("""
@@ -58,13 +69,15 @@ _EXPIRED_SESSIONS = Statement("""
 _EXPIRED_KEYS = Statement("""
     SELECT r.namespace, r.key FROM memory_records r
       LEFT JOIN retention_policies d ON d.tenant_id = r.tenant_id AND d.subject_id = ''
+      LEFT JOIN retention_namespaces n ON n.tenant_id = r.tenant_id AND n.namespace = r.namespace
       LEFT JOIN LATERAL (
           SELECT min(p.memory_max_age_days) AS days FROM subjects j
             JOIN retention_policies p ON p.tenant_id = j.tenant_id AND p.subject_id = j.id
            WHERE j.tenant_id = r.tenant_id AND j.memory_namespaces @> ARRAY[r.namespace]
       ) o ON true
      WHERE r.tenant_id = :tenant_id AND NOT r.forgotten AND (r.namespace, r.key) > (:after_ns, :after_key)
-       AND r.updated_at < CAST(:now AS timestamptz) - make_interval(days => coalesce(o.days, d.memory_max_age_days))
+       AND r.updated_at < CAST(:now AS timestamptz)
+                          - make_interval(days => coalesce(n.memory_max_age_days, o.days, d.memory_max_age_days))
      ORDER BY r.namespace, r.key LIMIT :limit
 """)
 
@@ -82,6 +95,24 @@ async def put(sql: Sql, tenant_id: str, subject_id: str, sessions_days: int | No
     await sql.rowcount(_PUT, {"tenant_id": tenant_id, "subject_id": subject_id, "sessions_days": sessions_days,
                               "memory_days": memory_days})
     await sql.rowcount(_DUE_NOW, {"tenant_id": tenant_id})
+
+
+@dataclass(frozen=True)
+class NamespacePolicy:
+    namespace: str
+    memory_max_age_days: int | None
+    updated_at: datetime
+
+
+async def put_namespace(sql: Sql, tenant_id: str, namespace: str, memory_days: int | None) -> None:
+    """Set a namespace's own limit, and make the tenant's sweep due now."""
+    await sql.rowcount(_PUT_NAMESPACE, {"tenant_id": tenant_id, "namespace": namespace, "memory_days": memory_days})
+    await sql.rowcount(_DUE_NOW, {"tenant_id": tenant_id})
+
+
+async def namespace_policies(sql: Sql, tenant_id: str, limit: int) -> list[NamespacePolicy]:
+    rows = await sql.all(_NAMESPACES, {"tenant_id": tenant_id, "limit": limit})
+    return [NamespacePolicy(r["namespace"], r["memory_max_age_days"], r["updated_at"]) for r in rows]
 
 
 async def policies(sql: Sql, tenant_id: str, limit: int) -> list[Policy]:

@@ -20,7 +20,17 @@ class RetentionPut(RequestModel):
     memory_max_age_days: int | None = Field(
         default=None, ge=1, le=MAX_DAYS,
         description="A memory key last written this many days ago is forgotten (tombstone and cascade); null: kept "
-        "(a subject's null defers to the tenant's; a namespace linked to a subject takes the subject's)")
+        "(a subject's null defers to the tenant's; a namespace linked to a subject takes the subject's, unless it has "
+        "an override of its own)")
+
+
+class NamespaceRetentionPut(RequestModel):
+    """A namespace holds no sessions: its override has the memory limit only (`sessions_max_idle_days` is refused)."""
+
+    memory_max_age_days: int | None = Field(
+        default=None, ge=1, le=MAX_DAYS,
+        description="A key of this namespace last written this many days ago is forgotten; it wins over the overrides "
+        "of the subjects the namespace is linked to and over the tenant's; null defers to those")
 
 
 class RetentionPolicyOut(BaseModel):
@@ -30,10 +40,18 @@ class RetentionPolicyOut(BaseModel):
     updated_at: datetime
 
 
+class RetentionNamespaceOut(BaseModel):
+    namespace: str
+    memory_max_age_days: int | None
+    updated_at: datetime
+
+
 class RetentionOut(BaseModel):
     sessions_max_idle_days: int | None = Field(description="The tenant's default")
     memory_max_age_days: int | None = Field(description="The tenant's default")
     subjects: list[RetentionPolicyOut] = Field(description=f"Subjects' overrides, the first {MAX_LISTED} by id")
+    namespaces: list[RetentionNamespaceOut] = Field(
+        description=f"Memory namespaces' own overrides, the first {MAX_LISTED} by name")
     next_sweep_at: datetime | None = Field(description="When a worker sweeps next (null: no policy yet)")
     last_sweep_forget_id: str | None = Field(
         description="The receipt of the last sweep that erased or kept something (a forget job, strategy `retention`)")

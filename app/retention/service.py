@@ -1,4 +1,6 @@
-"""Retention: the policies, and the sweep that erases what outlived them.
+"""Retention: the policies (the tenant's default, a subject's override, a memory namespace's override), and the
+sweep that erases what outlived them. For a memory key the namespace's own limit wins over its subjects', which wins
+over the tenant's (app/retention/repository.py; docs/subjects.md, "Retention").
 
 Every process's forget worker calls `sweep` on each poll. A sweep leases one tenant whose sweep is due (a row of
 `retention_sweeps`, `FOR UPDATE SKIP LOCKED`: each due sweep runs in one process, and one whose process died is taken
@@ -30,7 +32,14 @@ from app.keys.content import Sealer
 from app.memory.service import MemoryService
 from app.observability.metrics import Metrics
 from app.retention import repository as repo
-from app.retention.schemas import MAX_LISTED, RetentionOut, RetentionPolicyOut, RetentionPut
+from app.retention.schemas import (
+    MAX_LISTED,
+    NamespaceRetentionPut,
+    RetentionNamespaceOut,
+    RetentionOut,
+    RetentionPolicyOut,
+    RetentionPut,
+)
 from app.sessions.service import SessionService
 from app.subjects import repository as subjects_repo
 
@@ -64,10 +73,18 @@ class RetentionService:
                            body.memory_max_age_days)
         return await self.get(tenant_id)
 
+    async def put_namespace(self, tenant_id: str, namespace: str, body: NamespaceRetentionPut) -> RetentionOut:
+        """A memory namespace's own override (made if new): for its keys it wins over its subjects' and the
+        tenant's; null defers to them. Nothing else is made: a namespace is a name, not a row of its own."""
+        async with self.db.transaction() as tx:
+            await repo.put_namespace(InSession(tx), tenant_id, namespace, body.memory_max_age_days)
+        return await self.get(tenant_id)
+
     async def get(self, tenant_id: str) -> RetentionOut:
         async with self.db.transaction() as tx:
             sql = InSession(tx)
             found = await repo.policies(sql, tenant_id, MAX_LISTED + 1)
+            namespaces = await repo.namespace_policies(sql, tenant_id, MAX_LISTED)
             next_at, last = await repo.sweep_state(sql, tenant_id)
         default = next((p for p in found if p.subject_id == repo.DEFAULT), None)
         return RetentionOut(
@@ -76,6 +93,8 @@ class RetentionService:
             subjects=[RetentionPolicyOut(subject_id=p.subject_id, sessions_max_idle_days=p.sessions_max_idle_days,
                                          memory_max_age_days=p.memory_max_age_days, updated_at=p.updated_at)
                       for p in found if p.subject_id != repo.DEFAULT][:MAX_LISTED],
+            namespaces=[RetentionNamespaceOut(namespace=n.namespace, memory_max_age_days=n.memory_max_age_days,
+                                              updated_at=n.updated_at) for n in namespaces],
             next_sweep_at=next_at, last_sweep_forget_id=last,
         )
 

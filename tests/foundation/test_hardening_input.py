@@ -76,6 +76,10 @@ def shapes(session_id: str) -> list[Shape]:
         Shape("POST", "/v1/holds", {"subject_id": "s1", "reason": "r"}),
         Shape("POST", "/v1/holds", {"session_id": SES, "reason": "r"}),
         Shape("POST", "/v1/holds", {"namespace": "ns", "reason": "r"}),
+        # Numbers only: a renamed member (an unknown field) must still answer 422 without echoing it.
+        Shape("PUT", "/v1/retention", {"sessions_max_idle_days": 30, "memory_max_age_days": 30}),
+        Shape("PUT", "/v1/retention/subjects/s1", {"sessions_max_idle_days": 30, "memory_max_age_days": 30}),
+        Shape("PUT", "/v1/retention/namespaces/ns", {"memory_max_age_days": 30}),
         *thread_shapes(),
     ]
 
@@ -314,6 +318,16 @@ def test_memory_names_that_cannot_be_stored_are_422(
     for query in (f"cursor={quote(NUL)}", f"cursor={'A' * 401}", "limit=-1", "limit=%00"):
         problem(client.get(f"/v1/memory/ns?{query}"), 422)
     problem(client.delete(f"/v1/memory/ns/k?source={quote(NUL)}"), 422)
+    assert stored_marks(database_url) == []
+
+
+@pytest.mark.parametrize("template", ["/v1/retention/subjects/{}", "/v1/retention/namespaces/{}"])
+def test_retention_names_that_cannot_be_stored_are_422(client: httpx.Client, template: str, database_url: str) -> None:
+    # (A valid name is not sent: it would set a retention limit on the shared tenant.)
+    for bad in [BAD_SEGMENTS["nul"], BAD_SEGMENTS["long"], "n" * 201, "a%01b", "a%7Fb"]:
+        response = client.put(template.format(bad), json={"memory_max_age_days": 30})
+        body = problem(response, 422)
+        assert MARK not in json.dumps(body["errors"])
     assert stored_marks(database_url) == []
 
 
