@@ -379,9 +379,7 @@ class ForgetJob(Base):
     # The receipt's content while the job waits on its client (the tool results given, the call waited on).
     receipt_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
     leaf: Mapped[int | None] = mapped_column(BigInteger)
-    # Migration 0025: the legal hold a `held` job waits on (its release queues the job again), and whether the
-    # forget asked for `"shred": "now"` (it ends only once what it erased is shredded).
-    held_by: Mapped[str | None] = mapped_column(String(40))
+    held_by: Mapped[str | None] = mapped_column(String(40))  # 0025: the legal hold a `held` job waits on
     shred_now: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = created_now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -41,6 +41,7 @@ from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
 from app.forget.replay import NeedsInput, Rebuilt
+from app.forget.repositories import held as held_repo
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.repositories.sealing import clear_target
 from app.forget.session_work import SessionWork
@@ -51,8 +52,8 @@ from app.forget.target_sessions import check_session, sessions_reached
 from app.holds import repository as holds_repo
 from app.holds.guard import session_hold
 from app.keys.errors import Tampered, Unavailable
+from app.memory.in_transaction import forget_in
 from app.memory.repositories import records as memory_repo
-from app.memory.service import forget_in
 from app.observability.metrics import Metrics
 from app.runtime.routing import session_route
 from app.runtime.transition import Machinery
@@ -333,7 +334,7 @@ class ForgetExecutor:
             standing = await holds_repo.get(InSession(tx), job.tenant_id, held.hold_id, for_update=True)
             if standing is None or standing.released_at is not None:
                 raise Retry(f"hold {held.hold_id} was released meanwhile")
-            await jobs_repo.hold(tx, owned, waiting.stored(), held.hold_id)
+            await held_repo.hold(tx, owned, waiting.stored(), held.hold_id)
             await holds_repo.event(InSession(tx), job.tenant_id, held.hold_id, "deferred", None,
                                    {"forget_id": job.id, "session_id": held.session_id})
             row = await jobs_repo.get(tx, job.tenant_id, job.id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from app.db.database import Database
 from app.db.statements import InSession
 from app.errors import LegalHold, NotFound
-from app.forget.repositories import jobs as jobs_repo
+from app.forget.repositories import held as held_repo
 from app.holds import repository as repo
 from app.holds.schemas import MAX_LISTED, HoldCreate, HoldEventOut, HoldOut
 from app.ids import new_id
@@ -51,7 +51,7 @@ class HoldService:
                 raise NotFound(f"no hold {hold_id!r}")
             trail = await repo.events(sql, tenant_id, hold_id)
             waiting = await repo.deferred(sql, tenant_id, hold_id)
-            jobs = await jobs_repo.held_by(tx, tenant_id, hold_id, limit=MAX_LISTED)
+            jobs = await held_repo.held_by(tx, tenant_id, hold_id, limit=MAX_LISTED)
         return HoldOut(**row.__dict__, deferred=waiting, jobs=jobs, events=[HoldEventOut(**e) for e in trail])
 
     async def release(self, tenant_id: str, key_id: str | None, hold_id: str) -> HoldOut:
@@ -67,7 +67,7 @@ class HoldService:
                 await repo.event(sql, tenant_id, hold_id, "released", key_id)
             # Forget jobs that reached what it covers (a cascade, a job queued before it) run again: queued with the
             # release, so a worker claims them once it committed (the status change wakes every process's worker).
-            ran = await jobs_repo.unhold(tx, tenant_id, hold_id)
+            ran = await held_repo.unhold(tx, tenant_id, hold_id)
             waiting = await repo.deferred(sql, tenant_id, hold_id)
         for subject_id in waiting:
             try:

@@ -18,23 +18,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
-
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.consistency import PRIMARY, ReadFrom
 from app.db.database import Database
 from app.db.statements import InSession, Sql
-from app.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from app.errors import InvalidRequest, NotFound, PreconditionFailed
 from app.holds.guard import refuse_namespace
 from app.keys.content import Sealer
 from app.keys.errors import ShredPending
 from app.memory.cascade import Expiry, ForgetCascade, NoCascade
+from app.memory.in_transaction import ForgetOutcome, forget_in
 from app.memory.repositories import records as repo
 from app.memory.repositories import search as search_repo
-from app.memory.repositories.records import Head, Injectable, State, VersionRow, Written
+from app.memory.repositories.records import Head, State, VersionRow, Written
 from app.memory.validation import (
     check_key,
     check_namespace,
@@ -47,7 +46,6 @@ from app.memory.validation import (
 
 log = logging.getLogger(__name__)
 
-_TOMBSTONE_RETRIES = 8
 MAX_TTL_S = 10 * 365 * 24 * 3600.0  # ten years: longer is "never", which is no TTL at all
 
 
@@ -82,14 +80,6 @@ class Rejected:
     key: str
     current_version: int
     forgotten: bool
-
-
-@dataclass(frozen=True)
-class ForgetOutcome:
-    version: int
-    forget_id: str | None
-    already_forgotten: bool
-    leaves: list[int] = field(default_factory=list)  # to shred once the tombstone committed
 
 
 @dataclass(frozen=True)
@@ -350,62 +340,3 @@ class MemoryService:
 
 class _AbortBatch(Exception):
     """Internal: a write of an atomic batch did not land."""
-
-
-async def forget_in(
-    sql: Sql, cascade: ForgetCascade, tenant_id: str, namespace: str, key: str, *, source: str
-) -> tuple[ForgetOutcome, int]:
-    """Tombstone a key in the caller's transaction (and queue its cascade there); (outcome, history rows erased).
-    A forget job that finds a record derived from what it forgets tombstones it this way, atomically with the
-    session it rebuilt. Once the transaction committed, the caller shreds `outcome.leaves` (`cascade.shred`)."""
-    for _ in range(_TOMBSTONE_RETRIES):
-        tomb = await repo.tombstone(sql, tenant_id, namespace, key, source=source)
-        if tomb is not None:
-            erased = await repo.erase_history(sql, tenant_id, namespace, key, tombstone=tomb, source=source)
-            # The cascade seam: the forget job for every session this record was injected into, and its shred.
-            forget_id = await cascade.enqueue(
-                sql, tenant_id=tenant_id, namespace=namespace, key=key, tombstone_version=tomb.version, erased=erased
-            )
-            outcome = ForgetOutcome(
-                version=tomb.version, forget_id=forget_id, already_forgotten=False, leaves=erased.leaves
-            )
-            return outcome, erased.rows
-        state = await repo.locked_state(sql, tenant_id, namespace, key)
-        if state is not None and state.forgotten:
-            # Idempotent: the same tombstone answers again. Its job (if any) was enqueued the first time.
-            return ForgetOutcome(version=state.version, forget_id=None, already_forgotten=True), 0
-        # Re-established between the two statements: tombstone the new version.
-    # pragma: no cover - needs a writer re-establishing the key faster than we can lock it, 8 times
-    raise Conflict("the key kept changing while it was being forgotten; retry")
-
-
-async def injectable_in(
-    session: AsyncSession, sealer: Sealer, tenant_id: str, namespace: str, *, limit: int
-) -> list[Injectable]:
-    """The live records a new session injects, read in its creating transaction under a share lock: a concurrent
-    forget of one either waits for the session (and its cascade then replays it) or lands first (and the record is
-    not injected). A record whose leaf was shredded is not injected."""
-    return await repo.injectable(InSession(session), sealer, tenant_id, namespace, limit=limit)
-
-
-async def write_summary_in(
-    session: AsyncSession, sealer: Sealer, tenant_id: str, namespace: str, key: str, value: Any,
-    provenance: dict[str, str],
-) -> Written:
-    """A session's summary written into memory (source `summarizer`) with where it came from, in the caller's
-    transaction. Based on the head read under a share lock, so it supersedes whatever is there, a tombstone included:
-    the summary is new information derived now, not a stale write in flight (and a forget of what it was derived
-    from tombstones it in turn)."""
-    sql = InSession(session)
-    state = await repo.locked_state(sql, tenant_id, namespace, key)
-    if state is None:
-        written = await repo.create_if_absent(
-            sql, sealer, tenant_id, namespace, key, value=value, source="summarizer", provenance=provenance
-        )
-    else:
-        written = await repo.write_if_version(
-            sql, sealer, tenant_id, namespace, key, base=state.version, value=value, source="summarizer",
-            provenance=provenance,
-        )
-    assert written is not None  # the share lock keeps the head where it was read
-    return written

@@ -26,7 +26,7 @@ from app.db.models import AgentSession
 from app.engine.protocol import TokenSink
 from app.errors import Conflict, InvalidRequest
 from app.keys.content import Sealer
-from app.memory.service import write_summary_in
+from app.memory.in_transaction import write_summary_in
 from app.runtime.blocks import Observation, render
 from app.runtime.compaction import DEFAULT_KEEP_LAST_TURNS, LiveRow, split_older
 from app.runtime.routing import route_of

@@ -26,7 +26,7 @@ from app.forget.repositories import jobs as jobs_repo
 from app.holds.guard import refuse_session
 from app.ids import new_id
 from app.keys.content import Sealer
-from app.memory.service import injectable_in
+from app.memory.in_transaction import injectable_in
 from app.runtime.blocks import Block, Observation, memory_observation, render
 from app.runtime.routing import session_route
 from app.runtime.tool_catalog import preamble as tool_preamble
