@@ -108,6 +108,27 @@ METADATA_FILTER = {
 
 
 @router.get(
+    ":checkpoints", response_model=CheckpointPage,
+    summary="Every thread's checkpoints, newest first (LangGraph's list without a thread)",
+    openapi_extra={"parameters": [METADATA_FILTER]},
+)
+async def list_tenant_checkpoints(
+    principal: PrincipalDep, threads: ThreadsDep,
+    checkpoint_ns: Annotated[str | None, Query(
+        max_length=500, pattern=TEXT_PATTERN, description="Only this namespace; absent: every namespace"
+    )] = None,
+    before: Annotated[str | None, Query(
+        min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN, description="Only checkpoints older than this id"
+    )] = None,
+    metadata: Annotated[str | None, Query(max_length=10_000, include_in_schema=False)] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Response:
+    return _json(await threads.tenant_page(principal.tenant_id, checkpoint_ns=checkpoint_ns, before=before,
+                                           metadata=metadata, limit=limit, cursor=cursor))
+
+
+@router.get(
     "/{thread_id}/checkpoints", response_model=CheckpointPage, summary="A thread's checkpoints, newest first",
     openapi_extra={"parameters": [METADATA_FILTER]},
 )

@@ -30,7 +30,7 @@ from app.db.statements import Sql
 from app.errors import Conflict, InvalidRequest, NotFound, PayloadTooLarge, PreconditionFailed
 from app.keys.content import Sealer
 from app.threads import shredding
-from app.threads.repositories import checkpoints, locks, removals, shreds
+from app.threads.repositories import checkpoints, locks, reads, removals, shreds
 from app.threads.repositories.checkpoints import Blob, Stored
 from app.threads.repositories.shreds import PendingShred
 from app.threads.schemas import (
@@ -99,6 +99,23 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
     if not isinstance(checkpoint_id, str) or not isinstance(checkpoint_ns, str):
         raise InvalidRequest("cursor is not one this API handed out")
     return checkpoint_id, checkpoint_ns
+
+
+def encode_tenant_cursor(checkpoint_id: str, thread_id: str, checkpoint_ns: str) -> str:
+    raw = json.dumps([checkpoint_id, thread_id, checkpoint_ns], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_tenant_cursor(cursor: str) -> tuple[str, str, str]:
+    try:
+        checkpoint_id, thread_id, checkpoint_ns = json.loads(
+            base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        )
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidRequest("cursor is not one this API handed out") from None
+    if not all(isinstance(part, str) and "\x00" not in part for part in (checkpoint_id, thread_id, checkpoint_ns)):
+        raise InvalidRequest("cursor is not one this API handed out")
+    return checkpoint_id, thread_id, checkpoint_ns
 
 
 def _out(thread_id: str, stored: Stored) -> CheckpointOut:
@@ -205,7 +222,7 @@ class ThreadService:
 
     async def get(self, tenant_id: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> CheckpointOut:
         async with self.db.pg() as sql:
-            stored = await checkpoints.one(sql, self.sealer, tenant_id, thread_id, checkpoint_ns, checkpoint_id)
+            stored = await reads.one(sql, self.sealer, tenant_id, thread_id, checkpoint_ns, checkpoint_id)
         if stored is None:
             raise NotFound(f"no checkpoint {checkpoint_id!r} in thread {thread_id!r} (namespace {checkpoint_ns!r})")
         return _out(thread_id, stored)
@@ -217,12 +234,29 @@ class ThreadService:
         filter_ = self._metadata_filter(metadata)
         after = decode_cursor(cursor) if cursor is not None else None
         async with self.db.pg() as sql:
-            rows = await checkpoints.page(sql, self.sealer, tenant_id, thread_id, checkpoint_ns=checkpoint_ns,
+            rows = await reads.page(sql, self.sealer, tenant_id, thread_id, checkpoint_ns=checkpoint_ns,
                                           before=before, after=after, metadata=filter_, limit=limit + 1)
         last = rows[limit - 1] if len(rows) > limit else None
         return CheckpointPage(
             checkpoints=[_out(thread_id, r) for r in rows[:limit]],
             next_cursor=encode_cursor(last.checkpoint_id, last.checkpoint_ns) if last else None,
+        )
+
+    async def tenant_page(
+        self, tenant_id: str, *, checkpoint_ns: str | None, before: str | None, metadata: str | None, limit: int,
+        cursor: str | None,
+    ) -> CheckpointPage:
+        """`page` across every thread of the tenant (LangGraph's `list(None)`): newest first, ties in thread order."""
+        filter_ = self._metadata_filter(metadata)
+        after = decode_tenant_cursor(cursor) if cursor is not None else None
+        async with self.db.pg() as sql:
+            rows = await reads.tenant_page(sql, self.sealer, tenant_id, checkpoint_ns=checkpoint_ns,
+                                                 before=before, after=after, metadata=filter_, limit=limit + 1)
+        last = rows[limit - 1] if len(rows) > limit else None
+        return CheckpointPage(
+            checkpoints=[_out(thread_id, stored) for thread_id, stored in rows[:limit]],
+            next_cursor=(encode_tenant_cursor(last[1].checkpoint_id, last[0], last[1].checkpoint_ns)
+                         if last else None),
         )
 
     @staticmethod

@@ -22,7 +22,7 @@ API_PATHS = [
     "/v1/memory/{namespace}", "/v1/memory/{namespace}/{key}/history", "/healthz", "/readyz", "/metrics",
     "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes",
     "/v1/threads/{thread_id}/checkpoints", "/v1/threads/{thread_id}", "/v1/threads:delete_for_runs",
-    "/v1/threads:prune", "/v1/threads/{thread_id}/copy", "/v1/threads/{thread_id}/values",
+    "/v1/threads:prune", "/v1/threads:checkpoints", "/v1/threads/{thread_id}/copy", "/v1/threads/{thread_id}/values",
     "/v1/threads/{thread_id}/rewrite", "/v1/subjects/{id}", "/v1/subjects/{id}/export",
     "/v1/subjects/{id}/erase", "/v1/holds", "/v1/holds/{id}", "/v1/retention", "/v1/retention/subjects/{id}",
     "/v1/retention/namespaces/{namespace}",

@@ -152,3 +152,57 @@ def test_pages_follow_the_cursor_newest_first(client: httpx.Client) -> None:
         if cursor is None:
             break
     assert seen == ["c4", "c3", "c2", "c1", "c0"]
+
+
+def test_the_tenant_listing_spans_threads_newest_first_and_pages(
+    client: httpx.Client, other_tenant: httpx.Client
+) -> None:
+    """`GET /v1/threads:checkpoints` (LangGraph's list(None)): every thread's checkpoints by id, newest first, ties
+    in thread order, filtered and paged like a thread's; another tenant's listing never shows them."""
+    run = uuid.uuid4().hex[:12]
+    first, second = f"ta-{run}", f"tb-{run}"
+    marked = {"source": "loop", "step": 0, "run": run}
+    for thread, ids in ((first, ["c1", "c3"]), (second, ["c2", "c3"])):
+        parent = None
+        for cid in ids:
+            assert put(client, thread, f"{run}-{cid}", checkpoint(parent=parent, metadata=marked)).status_code == 200
+            parent = f"{run}-{cid}"
+    assert put(client, second, f"{run}-c4", checkpoint(parent=f"{run}-c3", ns="inner", metadata=marked)).status_code \
+        == 200
+    assert put(client, first, f"{run}-c5", checkpoint(parent=f"{run}-c3")).status_code == 200  # unmarked
+    everything = [(second, "c4"), (second, "c3"), (first, "c3"), (second, "c2"), (first, "c1")]
+    by_run = {"metadata": f'{{"run":"{run}"}}'}
+
+    def listing(http: httpx.Client, **params: Any) -> tuple[list[tuple[str, str]], str | None]:
+        answer = http.get("/v1/threads:checkpoints", params={**by_run, **params})
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        return ([(c["thread_id"], c["checkpoint_id"].removeprefix(f"{run}-")) for c in page["checkpoints"]],
+                page["next_cursor"])
+
+    assert listing(client)[0] == everything
+    seen, cursor = [], None
+    while True:
+        got, cursor = listing(client, limit=2, **({"cursor": cursor} if cursor else {}))
+        assert len(got) <= 2
+        seen += got
+        if cursor is None:
+            break
+    assert seen == everything
+    assert listing(client, before=f"{run}-c3")[0] == [(second, "c2"), (first, "c1")]
+    assert listing(client, checkpoint_ns="inner")[0] == [(second, "c4")]
+    assert listing(client, checkpoint_ns="")[0] == everything[1:]
+    # the checkpoint's values come opened, as a thread's listing has them
+    top = client.get("/v1/threads:checkpoints", params={**by_run, "limit": 1}).json()["checkpoints"][0]
+    assert top["blobs"][0]["data"] == b64(b"hello") and top["metadata"] == marked
+    assert listing(other_tenant) == ([], None)
+    # a thread's cursor is not this listing's, nor the other way round
+    thread_cursor = client.get(f"/v1/threads/{first}/checkpoints", params={"limit": 1}).json()["next_cursor"]
+    problem(client.get("/v1/threads:checkpoints", params={"cursor": thread_cursor}), 422)
+    _, tenant_cursor = listing(client, limit=1)
+    assert tenant_cursor is not None
+    problem(client.get(f"/v1/threads/{first}/checkpoints", params={"cursor": tenant_cursor}), 422)
+    problem(client.get("/v1/threads:checkpoints", params={"metadata": "[1]"}), 422)
+    problem(client.get("/v1/threads:checkpoints", params={"metadata": "{" * 10_001}), 422)
+    problem(client.get("/v1/threads:checkpoints", params={"before": "has space"}), 422)
+    problem(client.get("/v1/threads:checkpoints", params={"limit": 0}), 422)

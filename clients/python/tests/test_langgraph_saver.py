@@ -148,6 +148,56 @@ async def test_async_delete_refuses_late_writes(lethe_url: str, lethe_key: str, 
     await saver.aclose()
 
 
+# ---- list without a thread (LangGraph's list(None)) -----------------------------------------------------------------
+
+def _ids(found: Any) -> list[tuple[str, str]]:
+    return [(t.config["configurable"]["thread_id"], t.checkpoint["id"]) for t in found]
+
+
+def test_list_without_a_thread_spans_the_tenants_threads(saver: LetheSaver, unique: str) -> None:
+    """`list(None)` answers every thread's checkpoints newest first, as PostgresSaver's does; filter, before and
+    limit narrow it as they do a thread's listing. (Another tenant's listing: tests/threads/test_threads_api.py.)"""
+    made: list[tuple[str, str]] = []
+    latest: dict[str, Any] = {}
+    for thread in (f"la-{unique}", f"lb-{unique}", f"la-{unique}"):  # two steps each time: a, b, then a again
+        config = latest.get(thread, {"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+        for step in range(2):
+            checkpoint = empty_checkpoint()
+            config = saver.put(config, checkpoint, {"source": "loop", "step": step, "parents": {}, "run": unique}, {})
+            made.append((thread, checkpoint["id"]))
+        latest[thread] = config
+    newest = made[::-1]
+    mine = {"run": unique}
+    assert _ids(saver.list(None, filter=mine)) == newest
+    assert _ids(saver.list({"configurable": {}}, filter=mine)) == newest  # a config without a thread_id: the same
+    assert _ids(saver.list(None, filter={**mine, "step": 1})) == [c for c in newest if made.index(c) % 2 == 1]
+    assert _ids(saver.list(None, filter=mine, limit=3)) == newest[:3]
+    before = {"configurable": {"thread_id": made[2][0], "checkpoint_id": made[2][1]}}
+    assert _ids(saver.list(None, filter=mine, before=before)) == [made[1], made[0]]
+    assert _ids(saver.list(None, filter={"run": f"none-{unique}"})) == []
+    # each tuple is a whole checkpoint, addressable by its own config
+    top = next(saver.list(None, filter=mine))
+    assert saver.get_tuple(top.config) is not None and top.metadata["run"] == unique
+
+
+async def test_alist_without_a_thread_pages_across_threads(lethe_url: str, lethe_key: str, unique: str) -> None:
+    saver = LetheSaver(lethe_url, lethe_key)
+    made: list[tuple[str, str]] = []
+    for i in range(5):
+        thread = f"l{i % 2}-{unique}"
+        checkpoint = empty_checkpoint()
+        await saver.aput({"configurable": {"thread_id": thread, "checkpoint_ns": f"ns{i}"}}, checkpoint,
+                         {"source": "input", "step": -1, "parents": {}, "run": unique}, {})
+        made.append((thread, checkpoint["id"]))
+    listed = [t async for t in saver.alist(None, filter={"run": unique})]
+    assert _ids(listed) == made[::-1]
+    assert [t.config["configurable"]["checkpoint_ns"] for t in listed] == [f"ns{i}" for i in range(4, -1, -1)]
+    assert _ids([t async for t in saver.alist({"configurable": {"checkpoint_ns": "ns3"}}, filter={"run": unique})]) \
+        == [made[3]]
+    assert _ids([t async for t in saver.alist(None, filter={"run": unique}, limit=2)]) == made[:-3:-1]
+    await saver.aclose()
+
+
 # ---- forget_message --------------------------------------------------------------------------------------------------
 
 def _every_message_id(graph: Any, saver: LetheSaver, config: dict[str, Any]) -> set[str]:

@@ -129,20 +129,24 @@ def get_one(config: RunnableConfig) -> Request:
 
 
 def page(
-    config: RunnableConfig, *, filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None,
-    cursor: str | None,
+    config: RunnableConfig | None, *, filter: dict[str, Any] | None, before: RunnableConfig | None,
+    limit: int | None, cursor: str | None,
 ) -> Request:
-    thread_id = str(config["configurable"]["thread_id"])
+    """A page of one thread's checkpoints; of every thread's (LangGraph's `list(None)`) when the config names no
+    thread."""
+    conf = (config or {}).get("configurable", {})
     params: dict[str, str | int] = {"limit": min(limit, PAGE) if limit is not None else PAGE}
-    if "checkpoint_ns" in config["configurable"]:
-        params["checkpoint_ns"] = str(config["configurable"]["checkpoint_ns"])
+    if "checkpoint_ns" in conf:
+        params["checkpoint_ns"] = str(conf["checkpoint_ns"])
     if before is not None and before["configurable"].get("checkpoint_id"):
         params["before"] = str(before["configurable"]["checkpoint_id"])
     if filter:
         params["metadata"] = json.dumps(filter, separators=(",", ":"))
     if cursor is not None:
         params["cursor"] = cursor
-    return Request("GET", f"/v1/threads/{_seg(thread_id)}/checkpoints", params=params)
+    if "thread_id" not in conf:
+        return Request("GET", "/v1/threads:checkpoints", params=params)
+    return Request("GET", f"/v1/threads/{_seg(str(conf['thread_id']))}/checkpoints", params=params)
 
 
 def tuple_of(serde: SerializerProtocol, item: dict[str, Any]) -> CheckpointTuple:

@@ -6,6 +6,8 @@
 Beyond LangGraph's own savers:
 - `delete_thread` is durable: a put or put_writes of that thread still in flight when it returned is refused
   (`ThreadDeleted`) and never brings the thread back (langgraph#7206). The thread id can start a new thread.
+- `list(None, filter=..., before=..., limit=...)` lists the checkpoints of every thread of the tenant (the API key's),
+  newest first, as PostgresSaver's does; another tenant's threads never appear.
 - `forget_message(thread_id, message_id)` removes a message from every checkpoint and pending write of the thread:
   `graph.get_state_history(config)` never shows it again, and a run that read the thread before is refused
   (`ThreadRewritten`) rather than writing the message back.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 from langchain_core.runnables import RunnableConfig
@@ -127,8 +129,7 @@ class LetheSaver(BaseCheckpointSaver[str]):
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None, limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        config = _listed(config)
-        if config["configurable"].get("checkpoint_id"):
+        if _one_named(config):
             found = self.get_tuple(config)
             if found is not None and _matches(found, filter):
                 yield found
@@ -201,8 +202,7 @@ class LetheSaver(BaseCheckpointSaver[str]):
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None, limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        config = _listed(config)
-        if config["configurable"].get("checkpoint_id"):
+        if _one_named(config):
             found = await self.aget_tuple(config)
             if found is not None and _matches(found, filter):
                 yield found
@@ -270,10 +270,11 @@ class LetheSaver(BaseCheckpointSaver[str]):
         return wire.tuple_of(self.serde, answer)
 
 
-def _listed(config: RunnableConfig | None) -> RunnableConfig:
-    if config is None or "thread_id" not in config.get("configurable", {}):
-        raise ValueError("LetheSaver lists the checkpoints of one thread: pass a config with a thread_id")
-    return config
+def _one_named(config: RunnableConfig | None) -> TypeGuard[RunnableConfig]:
+    """Whether a list config names one checkpoint (a thread and a checkpoint id): listed by reading it. Without a
+    thread_id the list spans every thread of the tenant, as LangGraph's own savers' `list(None)` does."""
+    conf = (config or {}).get("configurable", {})
+    return "thread_id" in conf and bool(conf.get("checkpoint_id"))
 
 
 def _matches(found: CheckpointTuple, filter: dict[str, Any] | None) -> bool:
