@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
+from app.errors import InvalidRequest
 from app.keys.shred import SHRED_DOC, Shred
 from app.memory.catalog import MemoryCatalog
 from app.memory.schemas import (
@@ -168,7 +169,22 @@ async def list_keys(
     include_forgotten: Annotated[
         bool, Query(description="Also list tombstoned keys (their names, never a value), named in `forgotten`")
     ] = False,
+    values: Annotated[
+        bool, Query(description="Also answer each live record with its value in `records` (limit at most 100; not "
+                    "with include_forgotten)")
+    ] = False,
 ) -> KeyList:
+    if values:
+        if include_forgotten:
+            raise InvalidRequest("values and include_forgotten: a tombstone has no value; ask for one or the other")
+        found, next_cursor = await memory.list_records(
+            principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where
+        )
+        return KeyList(keys=[r.key for r in found], next_cursor=next_cursor, records=[
+            MemoryRecordOut(namespace=namespace, key=r.key, value=r.value, version=r.version, source=r.source,
+                            updated_at=r.updated_at, created_at=r.created_at, expires_at=r.expires_at)
+            for r in found
+        ])
     if include_forgotten:
         rows, after = await catalog.page_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where)
         return KeyList(keys=[r.key for r in rows], next_cursor=after, forgotten=[r.key for r in rows if r.forgotten])

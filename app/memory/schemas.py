@@ -102,6 +102,11 @@ class KeyList(BaseModel):
         default_factory=list,
         description="With `include_forgotten=true`: the keys of this page that are tombstones (names only)",
     )
+    records: list[MemoryRecordOut] = Field(
+        default_factory=list,
+        description="With `values=true`: the live records of this page with their values, in key order (one per "
+        "key of `keys`)",
+    )
 
 
 class NamespaceOut(BaseModel):

@@ -33,7 +33,9 @@ from app.memory.cascade import Expiry, ForgetCascade, NoCascade
 from app.memory.in_transaction import ForgetOutcome, forget_in
 from app.memory.repositories import records as repo
 from app.memory.repositories import search as search_repo
+from app.memory.repositories import values as values_repo
 from app.memory.repositories.records import Head, State, VersionRow, Written
+from app.memory.repositories.values import LiveRecord
 from app.memory.validation import (
     check_key,
     check_namespace,
@@ -47,6 +49,7 @@ from app.memory.validation import (
 log = logging.getLogger(__name__)
 
 MAX_TTL_S = 10 * 365 * 24 * 3600.0  # ten years: longer is "never", which is no TTL at all
+MAX_VALUES_PAGE = 100  # records a page with their values (each value may be as large as a request body)
 
 
 class Forgotten(NotFound):
@@ -221,6 +224,22 @@ class MemoryService:
         # A key whose leaf was shredded reads as forgotten, so it is not listed; the cursor still moves past it.
         keys = [row.key for row in rows if not row.erased]
         return keys, encode_cursor(rows[-1].key) if more else None
+
+    async def list_records(
+        self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int, where: ReadFrom = PRIMARY
+    ) -> tuple[list[LiveRecord], str | None]:
+        """`list_keys` with each record's value, opened: one statement per page (`?values=true`)."""
+        check_namespace(namespace)
+        if limit > MAX_VALUES_PAGE:
+            raise InvalidRequest(f"limit: at most {MAX_VALUES_PAGE} records a page with values=true")
+        after = None if cursor is None else decode_cursor(cursor)
+        rows = await self.db.read_pg(
+            where,
+            lambda sql: values_repo.live_records(sql, self.sealer, tenant_id, namespace, after=after, limit=limit + 1),
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [row for row in rows if not row.erased], encode_cursor(rows[-1].key) if more else None
 
     async def history(
         self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY

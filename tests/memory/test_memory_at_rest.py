@@ -206,6 +206,8 @@ def test_a_punctured_leaf_under_a_live_row_reads_as_forgotten(
     gone = problem(client.get(f"/v1/memory/{ns}/city"), 404)
     assert gone["forgotten"] is True and gone["version"] == 2
     assert client.get(f"/v1/memory/{ns}").json()["keys"] == ["diet"]
+    with_values = client.get(f"/v1/memory/{ns}", params={"values": "true"}).json()["records"]
+    assert [(r["key"], r["value"]) for r in with_values] == [("diet", {"text": "vegetarian"})]
     hits = client.post("/v1/memory:search", json={"namespace_prefix": ns}).json()["items"]
     assert [h["key"] for h in hits] == ["diet"]
     versions = client.get(f"/v1/memory/{ns}/city/history").json()["versions"]

@@ -234,6 +234,44 @@ def test_list_is_live_keys_keyset_paginated(client: httpx.Client, ns: str) -> No
     problem(client.get(f"/v1/memory/{ns}", params={"cursor": "not a cursor!"}), 422)
 
 
+def test_list_with_values_answers_each_live_record_once_a_page(
+    client: httpx.Client, ns: str, other_tenant: httpx.Client
+) -> None:
+    """`?values=true`: the page's live records with their values and versions, in key order, paged like the keys;
+    tombstones and expired records left out; another tenant's namespace of the same name lists nothing."""
+    keys = [f"k{i:02d}" for i in range(12)]
+    writes = [{"key": k, "value": {"n": i}, "base_version": 0} for i, k in enumerate(keys)]
+    assert client.post(f"/v1/memory/{ns}:batch", json={"writes": writes}).status_code == 200
+    assert write(client, ns, "k01", {"n": "again"}, base=1).status_code == 200
+    client.delete(f"/v1/memory/{ns}/k02")
+    expiring = {"key": "k03", "value": "soon", "base_version": 1, "ttl_s": 0.001}
+    assert client.post(f"/v1/memory/{ns}:batch", json={"writes": [expiring]}).json()["results"][0]["status"] == 200
+    live = [k for k in keys if k not in ("k02", "k03")]
+    records: list[dict[str, object]] = []
+    cursor, pages = None, 0
+    while True:
+        params: dict[str, str | int] = {"values": "true", "limit": 4, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/v1/memory/{ns}", params=params).json()
+        assert page["keys"] == [r["key"] for r in page["records"]]
+        records += page["records"]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [r["key"] for r in records] == live and pages == 3
+    by_key = {r["key"]: r for r in records}
+    assert by_key["k01"]["value"] == {"n": "again"} and by_key["k01"]["version"] == 2
+    assert by_key["k00"]["value"] == {"n": 0} and by_key["k00"]["version"] == 1
+    read = client.get(f"/v1/memory/{ns}/k05").json()
+    assert by_key["k05"] == read  # as a read answers it
+    assert set(client.get(f"/v1/memory/{ns}", params={"limit": 1}).json()) == {"keys", "next_cursor"}  # the shape
+    assert other_tenant.get(f"/v1/memory/{ns}", params={"values": "true"}).json() == {
+        "keys": [], "next_cursor": None, "records": []}
+    problem(client.get(f"/v1/memory/{ns}", params={"values": "true", "limit": 101}), 422)
+    problem(client.get(f"/v1/memory/{ns}", params={"values": "true", "include_forgotten": "true"}), 422)
+    problem(client.get(f"/v1/memory/{ns}", params={"values": "maybe"}), 422)
+
+
 def test_keys_may_hold_any_printable_text(client: httpx.Client, ns: str) -> None:
     odd = "user:42 prefs?#%é"
     quoted = f"/v1/memory/{ns}/{quote(odd, safe='')}"

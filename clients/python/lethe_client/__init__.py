@@ -6,7 +6,15 @@ with LetheClient("http://127.0.0.1:8000", api_key) as lethe:
     lethe.put("user-42", "diet", "vegan", if_match=rec.version)
 """
 
-from lethe_client._calls import BatchItem, ForgetResult, HistoryEntry, KeyPage, MemoryRecord, WriteResult
+from lethe_client._calls import (
+    BatchItem,
+    ForgetResult,
+    HistoryEntry,
+    KeyPage,
+    MemoryRecord,
+    RecordPage,
+    WriteResult,
+)
 from lethe_client.aio import AsyncLetheClient
 from lethe_client.errors import (
     Conflict,
@@ -44,6 +52,7 @@ __all__ = [
     "PreconditionFailed",
     "PreconditionRequired",
     "RateLimited",
+    "RecordPage",
     "ServerError",
     "SessionBusy",
     "Unauthorized",

@@ -58,6 +58,14 @@ class KeyPage:
 
 
 @dataclass(frozen=True)
+class RecordPage:
+    """A page of a namespace's live records with their values, in key order (`list_records`)."""
+
+    records: list[MemoryRecord]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
 class HistoryEntry:
     version: int
     op: str  # "write" | "forget"
@@ -154,6 +162,23 @@ def list_keys(namespace: str, *, limit: int, cursor: str | None) -> Call[KeyPage
     def parse(r: httpx.Response) -> KeyPage:
         b = _json(r)
         return KeyPage(list(b["keys"]), b.get("next_cursor"))
+
+    return Call("GET", _memory_path(namespace), parse, params=params)
+
+
+def list_records(namespace: str, *, limit: int, cursor: str | None) -> Call[RecordPage]:
+    """One request a page (`GET /v1/memory/{namespace}?values=true`, at most 100 records a page)."""
+    params: dict[str, str | int] = {"limit": limit, "values": "true"}
+    if cursor is not None:
+        params["cursor"] = cursor
+
+    def parse(r: httpx.Response) -> RecordPage:
+        b = _json(r)
+        return RecordPage(
+            [MemoryRecord(e["namespace"], e["key"], e["value"], e["version"], e["source"], _ts(e["updated_at"]))
+             for e in b["records"]],
+            b.get("next_cursor"),
+        )
 
     return Call("GET", _memory_path(namespace), parse, params=params)
 

@@ -19,6 +19,7 @@ from lethe_client._calls import (
     HistoryEntry,
     KeyPage,
     MemoryRecord,
+    RecordPage,
     WriteResult,
 )
 from lethe_client._consistency import HEADER, TokenKeeper
@@ -138,6 +139,10 @@ class AsyncLetheClient:
 
     async def list(self, namespace: str, *, limit: int = 100, cursor: str | None = None) -> KeyPage:
         return await self._run(calls.list_keys(namespace, limit=limit, cursor=cursor))
+
+    async def list_records(self, namespace: str, *, limit: int = 100, cursor: str | None = None) -> RecordPage:
+        """A page of the namespace's live records with their values, in key order: one request a page."""
+        return await self._run(calls.list_records(namespace, limit=limit, cursor=cursor))
 
     async def history(self, namespace: str, key: str) -> builtins.list[HistoryEntry]:
         return await self._run(calls.history(namespace, key))

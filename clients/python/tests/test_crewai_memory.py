@@ -206,6 +206,24 @@ def test_save_creates_only(lethe: LetheClient, unique: str) -> None:
     assert storage.search([1.0, 0.0])[0] == (storage.get_record(record.id), 1.0)
 
 
+def test_a_scan_is_one_request_a_page(lethe_url: str, lethe_key: str, unique: str) -> None:
+    """Search, list and count read the namespace a page of records at a time, values included: one request a page
+    of 100, never one a record."""
+    requests: list[httpx.Request] = []
+    with LetheClient(lethe_url, lethe_key, http=httpx.Client(
+        base_url=lethe_url, timeout=60.0, event_hooks={"request": [requests.append]},
+    )) as counted:
+        storage = LetheStorage(counted, f"crew-scan-{unique}")
+        storage.save([MemoryRecord(content=f"fact {i}", embedding=[1.0, float(i)]) for i in range(150)])
+        requests.clear()
+        assert storage.count() == 150
+        assert [r.method for r in requests] == ["GET", "GET"]  # two pages: 100 records, then 50
+        assert all(r.url.params.get("values") == "true" for r in requests)
+        requests.clear()
+        found = storage.search([1.0, 0.0], limit=3)
+        assert len(found) == 3 and len(requests) == 2
+
+
 def test_async_half(lethe: LetheClient, unique: str) -> None:
     storage = LetheStorage(lethe, f"crew-async-{unique}")
 
