@@ -4,9 +4,10 @@ cannot undo (langgraph#7206), a message forgotten from every checkpoint of a rea
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NamedTuple, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
@@ -15,8 +16,11 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES, Capability
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.types import Send
 from lethe_client import PayloadTooLarge, ValidationError
 from lethe_client.langgraph import LetheSaver, ThreadDeleted, ThreadRewritten
+from lethe_client.langgraph._messages import _GONE, _without
+from pydantic import BaseModel
 
 
 @pytest.fixture
@@ -266,6 +270,121 @@ async def test_aforget_message_refuses_a_writer_that_read_before_it(
     history = [s async for s in graph.aget_state_history(config)]
     assert history and all(m.id != "m0" for s in history for m in s.values.get("messages", []))
     await saver.aclose()
+
+
+# ---- forget_message inside dataclass and pydantic states and Send arguments -------------------------------------
+
+@dataclasses.dataclass
+class DataState:
+    messages: Annotated[list[AnyMessage], add_messages]
+    note: str = ""
+
+
+class ModelState(BaseModel):
+    messages: Annotated[list[AnyMessage], add_messages]
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    last: Any
+    history: list[Any]
+    count: int = dataclasses.field(default=0, init=False)
+
+
+class Pair(NamedTuple):
+    first: Any
+    second: Any
+
+
+def test_without_rebuilds_dataclasses_models_and_sends_of_the_same_type() -> None:
+    secret, kept = HumanMessage(content="secret", id="m0"), AIMessage(content="kept", id="m1")
+    frozen = Frozen(last=secret, history=[secret, kept])
+    object.__setattr__(frozen, "count", 7)  # a field no constructor sets: kept as it was
+    rebuilt = _without(frozen, "m0")
+    assert type(rebuilt) is Frozen and rebuilt.last is None and rebuilt.history == [kept] and rebuilt.count == 7
+    assert frozen.history == [secret, kept]  # the value read is left as it was
+
+    model = _without(ModelState(messages=[secret, kept], note="n"), "m0")
+    assert type(model) is ModelState and model.messages == [kept] and model.note == "n"
+
+    send = _without(Send("worker", {"messages": [secret, kept], "n": 1}), "m0")
+    assert isinstance(send, Send) and send.node == "worker" and send.arg == {"messages": [kept], "n": 1}
+    assert _without(Send("worker", secret), "m0") is _GONE  # nothing but the message: the task goes with it
+    assert _without([Send("worker", secret), Send("worker", kept)], "m0") == [Send("worker", kept)]
+    nested = _without(
+        {"state": DataState(messages=[kept, secret]), "sends": (Send("w", ModelState(messages=[secret])),)}, "m0"
+    )
+    assert nested["state"] == DataState(messages=[kept]) and nested["sends"][0].arg.messages == []
+    pair = _without(Pair(secret, [kept, secret]), "m0")
+    assert type(pair) is Pair and pair == Pair(None, [kept])
+    untouched = DataState(messages=[kept])
+    assert _without(untouched, "m0") is untouched and _without(Send("w", kept), "m0") is not _GONE
+
+
+def _stored_text(saver: LetheSaver, config: dict[str, Any]) -> str:
+    """Every value the thread stores, as text (reprs show dataclass, pydantic and Send contents)."""
+    return " ".join(repr(found.checkpoint["channel_values"]) + repr(found.pending_writes)
+                    for found in saver.list(config))
+
+
+@pytest.mark.parametrize("schema", [DataState, ModelState])
+def test_forget_message_reaches_a_dataclass_or_pydantic_state(saver: LetheSaver, unique: str, schema: Any) -> None:
+    """The graph's input is stored as given, a state instance: the message is taken out of it, its type kept."""
+    thread = f"t-{unique}"
+    config = {"configurable": {"thread_id": thread}}
+
+    def bot(state: Any) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"reply to {state.messages[-1].id}", id=f"ai-{state.messages[-1].id}")]}
+
+    builder = StateGraph(schema)
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    builder.add_edge("bot", END)
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke(schema(messages=[HumanMessage(content="my IBAN is UK123", id="m0")], note="first"), config)
+    graph.invoke(schema(messages=[HumanMessage(content="thanks", id="m1")], note="second"), config)
+    assert "UK123" in _stored_text(saver, config)
+    assert any(isinstance(v, schema) for f in saver.list(config) for v in f.checkpoint["channel_values"].values())
+
+    assert saver.forget_message(thread, "m0") is True
+
+    assert "UK123" not in _stored_text(saver, config)
+    inputs = [v for found in saver.list(config) for v in found.checkpoint["channel_values"].values()
+              if isinstance(v, schema)]
+    assert inputs and {v.note for v in inputs} <= {"first", "second"}  # still the state's type, other fields kept
+    assert [m.id for m in graph.get_state(config).values["messages"]] == ["ai-m0", "m1", "ai-m1"]
+    assert saver.forget_message(thread, "m0") is False
+
+
+def test_forget_message_reaches_send_arguments(saver: LetheSaver, unique: str) -> None:
+    """A map step: `Send` packets carry messages to a worker; each pending Send is rewritten (or, when it carried
+    only the message, removed) with the rest of the thread."""
+    thread = f"t-{unique}"
+    config = {"configurable": {"thread_id": thread}}
+
+    def fan_out(state: State) -> list[Send]:
+        return [Send("worker", {"messages": [m]}) for m in state["messages"]] + [Send("worker", state["messages"][0])]
+
+    def worker(arg: Any) -> dict[str, Any]:
+        return {}
+
+    builder = StateGraph(State)
+    builder.add_node("worker", worker)
+    builder.add_conditional_edges(START, fan_out, ["worker"])
+    builder.add_edge("worker", END)
+    graph = builder.compile(checkpointer=saver, interrupt_before=["worker"])
+    messages = [HumanMessage(content="my IBAN is UK123", id="m0"), HumanMessage(content="hello", id="m1")]
+    graph.invoke({"messages": messages}, config)  # stops before the workers: the Sends are pending
+    pending = [v for found in saver.list(config) for _, _, v in found.pending_writes or [] if isinstance(v, Send)]
+    assert len(pending) == 3 and "UK123" in _stored_text(saver, config)
+
+    assert saver.forget_message(thread, "m0") is True
+
+    assert "UK123" not in _stored_text(saver, config)
+    pending = [v for found in saver.list(config) for _, _, v in found.pending_writes or [] if isinstance(v, Send)]
+    assert sorted(repr(v.arg) for v in pending) == sorted([repr({"messages": []}), repr({"messages": [messages[1]]})])
+    graph.invoke(None, config)  # the run goes on from the rewritten tasks
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------------
