@@ -31,6 +31,7 @@ from app.policies import build_policies
 from app.retention.service import RetentionService
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.subjects.erasure import STRATEGY as SUBJECT_ERASURE
 from app.subjects.erasure import SubjectErasure
 from app.subjects.service import SubjectService
 from app.tenants.service import TenantService
@@ -124,6 +125,7 @@ class Container:
         ))
         erasure = SubjectErasure(self.db, sealer, sessions, memory, forget, self.shredder, self.embedder,
                                  horizon_s=horizon_s, metrics=self.metrics)
+        executor.runners[SUBJECT_ERASURE] = erasure.run  # its job runs in this process's forget worker
         self.services = Services(
             sessions=sessions,
             forget=forget,

@@ -36,7 +36,7 @@ from app.forget import locate
 from app.forget.cascade import JobCascade
 from app.forget.closure import ClosureEntry
 from app.forget.cost import Yardstick
-from app.forget.jobs import DEFAULT_HORIZON_S, Held, JobView, LeaseLost, Retry, ShredWait, view_of
+from app.forget.jobs import DEFAULT_HORIZON_S, Held, JobView, LeaseLost, Retry, Runner, ShredWait, view_of
 from app.forget.locate import Target
 from app.forget.per_policy import ForgetLookup
 from app.forget.receipts import DerivedMemory, JobReceipt, PendingInput, SessionEntry, side_effects
@@ -93,6 +93,9 @@ class ForgetExecutor:
         self.horizon_s = horizon_s  # promised on receipts, and recorded on the cascade jobs of derived records
         # Shreds the leaves of the artifacts a job erased once its last swap committed (None: the worker's sweep).
         self.shredder = shredder
+        # Jobs of other domains, by strategy (a data subject's erasure: app/subjects/erasure.py), wired by the
+        # composition root: run by this worker, ended here like any other.
+        self.runners: dict[str, Runner] = {}
 
     async def execute(self, job: ForgetJob, owner: str) -> JobView:
         started = time.monotonic()
@@ -106,6 +109,8 @@ class ForgetExecutor:
             return await self.give_up(job, owner, "its target does not open (Tampered): it was not sealed for this job")
         if job.target_erased:  # its leaf was shredded before it ended (a backup restored from after its end)
             return await self.give_up(job, owner, "its target was erased at rest before the job ended; submit again")
+        if (runner := self.runners.get(job.strategy)) is not None:
+            return await self._run(job, owner, runner, started)
         target = Target.from_dict(job.target)
         strategy = STRATEGIES.named(job.strategy)
         receipt = JobReceipt.load(job.receipt)
@@ -128,10 +133,29 @@ class ForgetExecutor:
         except Exception as exc:
             # With the traceback: the runtime's messages name tokens, ids and limits, never artifact text.
             log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__}, exc_info=True)
-            return await self._finish(job, owner, target, strategy, receipt, started, error=_describe(exc))
+            return await self._finish(job, owner, strategy.name, receipt, started, error=_describe(exc))
         if held is not None:
             return await self._hold(job, owner, receipt, held, started)
-        return await self._finish(job, owner, target, strategy, receipt, started, error=None)
+        return await self._finish(job, owner, strategy.name, receipt, started, error=None)
+
+    async def _run(self, job: ForgetJob, owner: str, runner: Runner, started: float) -> JobView:
+        """A job of another domain's (`runners`): its work, then the same end as a session forget's (its leaves and
+        the job's own shredded, `"shred": "now"` honoured, the target's words dropped)."""
+        try:
+            outcome = await runner(job)
+        except Held as waits:
+            return await self._hold(job, owner, JobReceipt.load(job.receipt), waits, started)
+        except (Retry, LeaseLost):
+            raise
+        except Exception as exc:
+            log.warning("forget job failed", extra={"forget_id": job.id, "error": type(exc).__name__}, exc_info=True)
+            return await self._finish(job, owner, job.strategy, JobReceipt.load(job.receipt), started,
+                                      error=_describe(exc))
+        async with self.db.transaction() as tx:
+            if await jobs_repo.lock_owned(tx, job.id, owner) is None:
+                raise LeaseLost(job.id)
+            await jobs_repo.add_shred_leaves(tx, job.id, outcome.leaves)
+        return await self._finish(job, owner, job.strategy, outcome.receipt, started, error=None)
 
     async def _forget_session(
         self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, session_id: str,
@@ -143,7 +167,7 @@ class ForgetExecutor:
             raise Retry("the model is not loaded yet")
         async with self.db.transaction() as tx:  # before any model work (the swap's transaction checks again)
             if (standing := await session_hold(InSession(tx), job.tenant_id, session_id, lock=False)) is not None:
-                raise Held(standing.id, session_id)
+                raise Held(standing.id, {"session_id": session_id})
         outputs = strategy.matches_outputs
         vector = None
         if target.query is not None:  # embedded before the lock: under it only the SQL similarity query runs
@@ -179,7 +203,7 @@ class ForgetExecutor:
                     # Ordered against a hold being placed (app/holds/repository.py): this shared lock, or its
                     # exclusive one, first. A job queued before the hold, or a memory key's cascade, waits on it.
                     if (standing := await session_hold(InSession(tx), job.tenant_id, session_id)) is not None:
-                        raise Held(standing.id, session_id)
+                        raise Held(standing.id, {"session_id": session_id})
                     entry, retired = await swap_in(
                         tx, locked, found, change, policy.forget, Yardstick.of(self.slot.engine)
                     )
@@ -252,8 +276,7 @@ class ForgetExecutor:
         self.metrics.job_finished(strategy, "succeeded", 0)
 
     async def _finish(
-        self, job: ForgetJob, owner: str, target: Target, strategy: ForgetStrategy, receipt: JobReceipt,
-        started: float, *, error: str | None,
+        self, job: ForgetJob, owner: str, strategy: str, receipt: JobReceipt, started: float, *, error: str | None,
     ) -> JobView:
         status = "failed" if error is not None else "succeeded"
         # Its target, reason and sealed receipt end with it: their leaf is shredded with the job's others.
@@ -283,10 +306,10 @@ class ForgetExecutor:
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         assert row is not None
         duration_ms = final.duration_ms or 0
-        self.metrics.job_finished(strategy.name, status, duration_ms)
+        self.metrics.job_finished(strategy, status, duration_ms)
         log.info(
             "forget job finished",
-            extra={"forget_id": job.id, "strategy": strategy.name, "status": status,
+            extra={"forget_id": job.id, "strategy": strategy, "status": status,
                    "sessions": len(final.sessions), "duration_ms": duration_ms},
         )
         return view_of(row)
@@ -305,9 +328,8 @@ class ForgetExecutor:
 
     async def give_up(self, job: ForgetJob, owner: str, why: str) -> JobView:
         """End a job that could not make progress in MAX_ATTEMPTS tries (its sessions stayed busy)."""
-        target, strategy = Target.from_dict(job.target), STRATEGIES.named(job.strategy)  # as opened, or as stored
         receipt = JobReceipt.load(job.receipt)
-        return await self._finish(job, owner, target, strategy, receipt, time.monotonic(), error=why)
+        return await self._finish(job, owner, job.strategy, receipt, time.monotonic(), error=why)
 
     async def _park(self, job: ForgetJob, owner: str, receipt: JobReceipt, started: float) -> JobView:
         """needs_input: the sessions done so far stay done (their entries are saved); the job waits for the
@@ -336,7 +358,7 @@ class ForgetExecutor:
                 raise Retry(f"hold {held.hold_id} was released meanwhile")
             await held_repo.hold(tx, owned, waiting.stored(), held.hold_id)
             await holds_repo.event(InSession(tx), job.tenant_id, held.hold_id, "deferred", None,
-                                   {"forget_id": job.id, "session_id": held.session_id})
+                                   {"forget_id": job.id, **held.scope})
             row = await jobs_repo.get(tx, job.tenant_id, job.id)
         assert row is not None
         log.info("forget job held", extra={"forget_id": job.id, "hold_id": held.hold_id})

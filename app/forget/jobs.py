@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
@@ -37,13 +38,27 @@ class ShredWait(Retry):
 
 
 class Held(Exception):
-    """A standing legal hold covers a session the job would change: the job waits on the hold (status `held`), and
-    its release queues the job again (app/holds/service.py)."""
+    """A standing legal hold covers what the job would change (a session, a subject): the job waits on the hold
+    (status `held`), and its release queues the job again (app/holds/service.py). `scope`: `{session_id}` or
+    `{subject_id}`, recorded on the hold's `deferred` event."""
 
-    def __init__(self, hold_id: str, session_id: str) -> None:
-        super().__init__(f"session {session_id} is under legal hold {hold_id}")
+    def __init__(self, hold_id: str, scope: dict[str, str]) -> None:
+        super().__init__(f"{scope} is under legal hold {hold_id}")
         self.hold_id = hold_id
-        self.session_id = session_id
+        self.scope = scope
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job run outside the session machinery (a `Runner`: a data subject's erasure) leaves for its end: its
+    receipt, and the leaves of what it erased, shredded with the job's own."""
+
+    receipt: JobReceipt
+    leaves: list[int]
+
+
+# A job whose strategy is not a session forget (`ForgetExecutor.runners`): given the claimed job, its target opened.
+Runner = Callable[[ForgetJob], Awaitable[Outcome]]
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ async def refuse_namespace(sql: Sql, tenant_id: str, namespace: str) -> None:
         raise LegalHold(held.id, f"memory namespace {namespace!r}")
 
 
-async def refuse_subject(sql: Sql, tenant_id: str, subject_id: str) -> None:
+async def refuse_subject(sql: Sql, tenant_id: str, subject_id: str, *, lock: bool = True) -> None:
     """A hold on the subject itself (a hold on one of their sessions or namespaces holds only that part)."""
-    held = await repo.covering(sql, tenant_id, subjects=[subject_id])
+    held = await repo.covering(sql, tenant_id, subjects=[subject_id], lock=lock)
     if held is not None:
         raise LegalHold(held.id, f"subject {subject_id!r}")

@@ -1,11 +1,12 @@
-"""Legal holds: placing one, reading its audit trail, releasing it and running the erasures it deferred.
+"""Legal holds: placing one, reading its audit trail, releasing it and queueing the erasures it deferred.
 
 A hold covers one scope (a subject, a session or a memory namespace). While it stands, every erasure of what it
 covers answers 409 `legal_hold` (app/holds/guard.py, inside the erasing transaction), retention skips it, and a
 subject's erasure skips the held part, says so in its receipt and is recorded as deferred on the hold. A forget job
 that reaches a held session (a memory key's cascade into it, a job queued before the hold) waits on the hold in
-status `held` (app/forget/executor.py). Releasing the hold runs each deferred erasure again and queues each waiting
-job (either skips whatever another hold still covers, and is deferred there).
+status `held` (app/forget/executor.py), and so does a subject's erasure queued before a hold on the subject.
+Releasing the hold queues each deferred erasure again and each waiting job (either skips whatever another hold
+still covers, and is deferred there).
 Every change is an event in `hold_events` with the API key that made it.
 """
 
@@ -55,8 +56,8 @@ class HoldService:
         return HoldOut(**row.__dict__, deferred=waiting, jobs=jobs, events=[HoldEventOut(**e) for e in trail])
 
     async def release(self, tenant_id: str, key_id: str | None, hold_id: str) -> HoldOut:
-        """Release the hold (again: a no-op) and run the erasures it deferred, each dropped from the hold once it
-        ran, so a release interrupted half-way is finished by releasing again."""
+        """Release the hold (again: a no-op) and queue the erasures it deferred, each dropped from the hold once
+        queued, so a release interrupted half-way is finished by releasing again."""
         async with self.db.transaction() as tx:
             sql = InSession(tx)
             row = await repo.get(sql, tenant_id, hold_id, for_update=True)
@@ -71,7 +72,7 @@ class HoldService:
             waiting = await repo.deferred(sql, tenant_id, hold_id)
         for subject_id in waiting:
             try:
-                job = await self.erasure.erase(tenant_id, subject_id)
+                job = await self.erasure.submit(tenant_id, subject_id, wait=False)
                 ran.append(job.id)
             except LegalHold as still:  # another hold covers the whole subject now: it waits on that one instead
                 async with self.db.transaction() as tx:

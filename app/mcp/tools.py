@@ -271,12 +271,13 @@ async def subject_erase_confirm(
 ) -> dict[str, Any]:
     """Erase everything a data subject owns, for real: each of their sessions deleted whole, every live key of their
     namespaces tombstoned, and a forget queued in each other session `also_text` or `also_query` reaches; answers
-    the finished forget job whose `subject` names it all (its receipt is a resource). A legal hold on the subject
-    refuses it (status 409, type legal_hold, `hold_id`)."""
+    the forget job, once finished (or still `running` after the server's forget wait: its receipt is a resource
+    to read again), whose `subject` names it all. A legal hold on the subject refuses it (status 409, type
+    legal_hold, `hold_id`)."""
     query = _also_query(also_query, also_min_similarity)
     who = caller(ctx)
     erasure = who.container.services.subject_erasure
-    return job(await answer(erasure.erase(who.tenant_id, subject_id, also_text or [], **query)))
+    return job(await answer(erasure.submit(who.tenant_id, subject_id, also_text or [], **query)))
 
 
 async def forget_receipt(job_id: str, ctx: Context) -> str:

@@ -80,12 +80,15 @@ async def export_subject(subject_id: SubjectId, principal: PrincipalDep, subject
 @router.post(
     "/{subject_id}/erase", response_model=ForgetJobOut | SubjectErasePlan,
     summary="Erase everything a subject owns (their sessions whole, their namespaces' keys), with one receipt",
-    responses={200: {"description": "The erasure's forget job, finished, with its `subject` receipt and `erasure`; "
-                                    "with `dry_run`, the plan"}, **NOT_FOUND,
+    responses={200: {"description": "The erasure's forget job, ended, with its `subject` receipt and `erasure`; "
+                                    "with `dry_run`, the plan"},
+               202: {"description": "The erasure's forget job, queued or running (`wait` false, or past "
+                                    "LETHE_FORGET_WAIT_S): read it at `Location`", "model": ForgetJobOut},
+               **NOT_FOUND,
                409: problem_doc("`legal_hold`: a standing hold covers the whole subject (`hold_id` names it)")},
 )
 async def erase_subject(
-    subject_id: SubjectId, body: SubjectErase, principal: PrincipalDep, erasure: ErasureDep
+    subject_id: SubjectId, body: SubjectErase, principal: PrincipalDep, erasure: ErasureDep, response: Response
 ) -> ForgetJobOut | SubjectErasePlan:
     also = body.also
     texts = (also.text or []) if also else []
@@ -93,5 +96,9 @@ async def erase_subject(
     if body.dry_run:
         plan = await erasure.plan(principal.tenant_id, subject_id, texts, query=query, min_similarity=min_similarity)
         return plan.out()
-    return job_out(await erasure.erase(principal.tenant_id, subject_id, texts, query=query,
-                                       min_similarity=min_similarity))
+    view = await erasure.submit(principal.tenant_id, subject_id, texts, query=query, min_similarity=min_similarity,
+                                wait=body.wait)
+    response.headers["Location"] = f"/v1/forget/{view.id}"
+    if not view.finished:
+        response.status_code = 202
+    return job_out(view)

@@ -24,8 +24,13 @@ their sessions or namespaces (or on another subject's session `also` reaches) sk
 `held` names with the hold, and the erasure is recorded as deferred on the hold: releasing it runs the erasure again.
 The plan (dry run) names the held parts the same way.
 
-It runs in the request, one object at a time: a session or key the person gets while it runs is not in it (erase
-again).
+`submit` queues it as one forget job (strategy `subject_erase`, its `also` sealed with it), which the forget worker
+runs (`run`, wired into `ForgetExecutor.runners`) and ends like any other: its leaves and its own shredded, its
+words dropped, its receipt in `GET /v1/forget/{id}`. The request waits for it up to LETHE_FORGET_WAIT_S (`wait`,
+the default), then answers 202 with the job still running; a person with thousands of sessions never holds a
+request open. A hold placed on the whole subject after it was queued parks it (`held`) until released. It erases
+one object at a time: a session or key the person gets while it runs is not in it (erase again). A worker that dies
+part-way leaves the job to another, which erases what is left (what is gone is not counted again).
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.db.database import Database
+from app.db.models import ForgetJob
 from app.db.statements import InSession
 from app.embeddings import Embedder
 from app.errors import LegalHold, NotFound
 from app.forget import locate
-from app.forget.jobs import JobView, Submission, view_of
+from app.forget.jobs import Held, JobView, Outcome, Submission
 from app.forget.receipts import JobReceipt, SubjectEntry
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.service import ForgetService
@@ -199,11 +205,41 @@ class SubjectErasure:
                 return found
             after = page[-1]
 
-    async def erase(self, tenant_id: str, subject_id: str, also: Sequence[str] = (), *, query: str | None = None,
-                    min_similarity: float | None = None) -> JobView:
-        async with self.db.transaction() as tx:  # a hold on the whole subject: 409, nothing erased
-            await refuse_subject(InSession(tx), tenant_id, subject_id)
-        plan = await self.plan(tenant_id, subject_id, also, query=query, min_similarity=min_similarity)
+    async def submit(self, tenant_id: str, subject_id: str, also: Sequence[str] = (), *, query: str | None = None,
+                     min_similarity: float | None = None, wait: bool = True) -> JobView:
+        """Queue the erasure as one forget job the forget worker runs (`run`); with `wait`, answer it once ended or
+        as it stands after the forget wait (LETHE_FORGET_WAIT_S). A hold on the whole subject refuses it (409)."""
+        async with self.db.transaction() as tx:
+            # Refused now if held now; a hold placed before the worker runs it parks the job (`run` checks, locked).
+            await refuse_subject(InSession(tx), tenant_id, subject_id, lock=False)
+            if await repo.get(tx, tenant_id, subject_id) is None:
+                raise NotFound(f"no subject {subject_id!r}")
+        target: dict[str, Any] = {"subject_id": subject_id}
+        if also:  # sealed with the job (its words are what to forget), dropped when it ends
+            target["text"] = list(also)
+        if query is not None:
+            target |= {"query": query, "min_similarity": min_similarity}
+        job_id = new_id("fgt")
+        async with self.db.transaction() as tx:
+            await jobs_repo.queue(InSession(tx), self.sealer, id=job_id, tenant_id=tenant_id, strategy=STRATEGY,
+                                  target=target, reason=None, receipt={})
+        self.forget.notify()
+        if wait:
+            return await self.forget.wait(tenant_id, job_id, self.forget.wait_s)
+        return await self.forget.get(tenant_id, job_id)
+
+    async def run(self, job: ForgetJob) -> Outcome:
+        """The erasure, in the forget worker (`ForgetExecutor.runners`), its target opened. A hold placed on the
+        whole subject since it was queued parks the job on it (`held`)."""
+        tenant_id, target = job.tenant_id, job.target
+        subject_id = str(target["subject_id"])
+        async with self.db.transaction() as tx:
+            standing = await holds_repo.covering(InSession(tx), tenant_id, subjects=[subject_id])
+        if standing is not None:
+            raise Held(standing.id, {"subject_id": subject_id})
+        query, min_similarity = target.get("query"), target.get("min_similarity")
+        plan = await self.plan(tenant_id, subject_id, target.get("text") or (), query=query,
+                               min_similarity=min_similarity)
         held = list(plan.held)
         jobs: list[str] = []
         leaves: list[int] = []
@@ -242,28 +278,18 @@ class SubjectErasure:
         shred = sorted(set(leaves))
         # Nothing sealed erased (nothing owned, or only plaintext from before sealing): no promise at rest.
         promised = bool(shred) and not plaintext
-        receipt = JobReceipt(subject=entry, duration_ms=0, erasure_horizon_s=self.horizon_s if promised else None)
-        job_id = new_id("fgt")
+        receipt = JobReceipt(subject=entry, erasure_horizon_s=self.horizon_s if promised else None)
         async with self.db.transaction() as tx:
-            await jobs_repo.queue(
-                InSession(tx), self.sealer, id=job_id, tenant_id=tenant_id, strategy=STRATEGY,
-                target={"subject_id": subject_id}, reason=None, receipt=receipt.stored(), finished=True,
-                shred_leaves=shred or None,
-            )
-            await repo.mark_erased(tx, tenant_id, subject_id, job_id)
+            await repo.mark_erased(tx, tenant_id, subject_id, job.id)
             for hold_id in sorted({h["hold_id"] for h in held}):  # releasing the hold runs this erasure again
                 await holds_repo.defer(InSession(tx), tenant_id, hold_id, subject_id)
                 await holds_repo.event(InSession(tx), tenant_id, hold_id, "deferred", None,
-                                       {"subject_id": subject_id, "forget_id": job_id})
-        await self.shredder.settle(tenant_id, job_id, shred)  # again for each: a no-op where it happened
+                                       {"subject_id": subject_id, "forget_id": job.id})
         if self.metrics is not None:
             self.metrics.erasures.labels(reason="subject", kind="session").inc(len(erased_sessions))
             self.metrics.erasures.labels(reason="subject", kind="memory_key").inc(tombstoned)
             self.metrics.erasures_held.labels(reason="subject").inc(len(held))
-        async with self.db.transaction() as tx:
-            row = await jobs_repo.get(tx, tenant_id, job_id)
-        assert row is not None
-        return view_of(row)
+        return Outcome(receipt, shred)
 
     async def _forget_also(self, tenant_id: str, plan: Plan, query: str | None, min_similarity: float | None,
                            held: list[dict[str, str]]) -> list[dict[str, str]]:

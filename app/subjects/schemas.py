@@ -83,6 +83,8 @@ class SubjectAlso(RequestModel):
 
 class SubjectErase(RequestModel):
     dry_run: bool = Field(default=False, description="Answer what would be erased; change nothing")
+    wait: bool = Field(default=True, description="Answer once the erasure's job ended (200), or as it stands after "
+                       "LETHE_FORGET_WAIT_S (202); false: answer at once (202)")
     also: SubjectAlso | None = None
     reason: str | None = Field(
         default=None, max_length=2000,  # as a forget's (tests/foundation/test_hardening_input.py: one limit a name)

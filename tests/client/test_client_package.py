@@ -205,6 +205,8 @@ SUBJECTS_SCRIPT = textwrap.dedent(
             assert (await lethe.get_subject(subject))["session_ids"] == [session]
             released = await lethe.release_hold(hold["id"])
             assert len(released["erasures"]) == 1, released
+            rerun = await lethe.wait_forget(released["erasures"][0], timeout_s=300)  # queued by the release
+            assert rerun["subject"]["sessions"] == [session], rerun
             try:
                 await lethe.get_session(session)
             except NotFound:

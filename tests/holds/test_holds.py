@@ -85,13 +85,14 @@ def test_held_parts_survive_every_erasure_and_the_release_erases_them(client: ht
     assert released.json()["released_at"] is not None and released.json()["released_by"] == audit["created_by"]
     [rerun] = released.json()["erasures"]
     assert released.json()["deferred"] == []
+    assert wait_job(client, rerun)["subject"]["sessions"] == [kept]  # queued by the release, run by the worker
     problem(client.get(f"/v1/sessions/{kept}"), 404)
-    assert client.get(f"/v1/forget/{rerun}").json()["subject"]["sessions"] == [kept]
     assert client.get(f"/v1/memory/{ns}/case").status_code == 200
     assert client.get(f"/v1/holds/{on_namespace['id']}").json()["deferred"] == [alice]
 
     last = client.delete(f"/v1/holds/{on_namespace['id']}").json()
     assert len(last["erasures"]) == 1 and [e["action"] for e in last["events"]][-1] == "released"
+    assert wait_job(client, last["erasures"][0])["status"] == "succeeded"
     gone_key = client.get(f"/v1/memory/{ns}/case")
     assert gone_key.status_code == 404 and gone_key.json().get("forgotten") is True
     again = client.delete(f"/v1/holds/{on_namespace['id']}")  # a release again runs nothing and changes nothing
@@ -262,3 +263,34 @@ def test_a_forget_queued_before_the_hold_waits_on_it(client: httpx.Client, datab
     done = wait_job(client, job["id"])
     assert done["status"] == "succeeded", done
     assert not any(marker in (a.get("content") or "") for a in artifacts(client, session))
+
+
+def test_a_subjects_erasure_queued_before_a_hold_on_them_waits_on_it(client: httpx.Client, database_url: str) -> None:
+    """The erasure is queued (202) and claimed; its first look for a hold on the subject is parked behind the
+    subject's hold lock, held by the test while it places the hold (the statements `POST /v1/holds` runs): the
+    job must find the hold and wait on it, erasing nothing, and run once the hold is released."""
+    from app.holds.repository import scope_key
+
+    dora = _subject()
+    session, _ = run_script(client, [[user("Dora's note.")]], FAST, subject_id=dora)
+    [row] = sql(database_url, "SELECT tenant_id FROM sessions WHERE id = $1", session)
+    lock_name = scope_key(row["tenant_id"], "subject", dora)
+    hold_id = "hld_" + uuid.uuid4().hex[:26]
+    with HeldLock(database_url, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0)) IS NULL AS taken",
+                  lock_name) as lock:
+        queued = client.post(f"/v1/subjects/{dora}/erase", json={"wait": False})
+        assert queued.status_code == 202 and queued.headers["Location"] == f"/v1/forget/{queued.json()['id']}"
+        lock.wait_blocked(1)  # the worker, running the job, waits to look for a hold on the subject
+        sql(database_url, "INSERT INTO holds (tenant_id, id, subject_id, reason) VALUES ($1, $2, $3, 'placed now')",
+            row["tenant_id"], hold_id, dora)
+    job = wait_job(client, queued.json()["id"])
+    assert job["status"] == "held" and job["hold_id"] == hold_id and job["subject"] is None, job
+    assert client.get(f"/v1/sessions/{session}").status_code == 200
+    audit = client.get(f"/v1/holds/{hold_id}").json()
+    assert audit["jobs"] == [job["id"]] and audit["events"][-1]["detail"] == {"forget_id": job["id"],
+                                                                              "subject_id": dora}
+
+    assert client.delete(f"/v1/holds/{hold_id}").json()["erasures"] == [job["id"]]
+    done = wait_job(client, job["id"])
+    assert done["status"] == "succeeded" and done["subject"]["sessions"] == [session], done
+    problem(client.get(f"/v1/sessions/{session}"), 404)

@@ -235,15 +235,19 @@ class LetheClient:
 
     def subject_erase_confirm(
         self, subject_id: str, *, also_text: Sequence[str] | None = None, also_query: str | None = None,
-        also_min_similarity: float | None = None, reason: str | None = None,
+        also_min_similarity: float | None = None, reason: str | None = None, timeout_s: float = 600.0,
     ) -> dict[str, Any]:
-        """Erase everything the subject owns; the finished forget job with its `subject` receipt (`also`: the
-        forget queued in each other session `also_text` or `also_query` reached). Raises LegalHold (`hold_id`)
-        when a hold covers the subject."""
-        return self._run(calls.erase_subject(
+        """Erase everything the subject owns; the ended forget job with its `subject` receipt (`also`: the forget
+        queued in each other session `also_text` or `also_query` reached), waited for past the server's own wait
+        (a large subject) up to `timeout_s`. Raises LegalHold (`hold_id`) when a hold covers the subject; a hold
+        placed after the erasure was queued answers the job `held`, with its `hold_id`."""
+        job = self._run(calls.erase_subject(
             subject_id, dry_run=False, also_text=also_text, reason=reason, also_query=also_query,
             also_min_similarity=also_min_similarity,
         ))
+        if job.get("status") in calls.TERMINAL_FORGET_STATUSES:
+            return job
+        return self.wait_forget(job["id"], timeout_s=timeout_s)
 
     def place_hold(
         self,

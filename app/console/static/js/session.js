@@ -8,7 +8,7 @@ import { costBar, memorySection, receiptView } from "./receipt.js";
 
 const STRATEGIES = ["selective_replay", "full_reset", "delete_dependents", "no_forget", "memory_delete",
   "forget_instruction", "source_redaction", "sanitize_no_replay", "sanitized_rebuild"];
-const FINAL = new Set(["succeeded", "failed", "needs_input"]);
+const FINAL = new Set(["succeeded", "failed", "needs_input", "held"]);
 const POLL_MS = 400;
 
 function transcript(artifacts, onSelect) {

@@ -3,6 +3,9 @@
 import { ApiError, api, seg } from "./api.js";
 import { badge, flash, h, put, short, table, when } from "./dom.js";
 
+const ENDED = new Set(["succeeded", "failed", "held"]); // held: a hold on the subject placed since; its release runs it
+const POLL_MS = 400;
+
 export function subjectsView() {
   const input = h("input", { id: "subject-id", type: "text", required: true, "aria-label": "Subject id",
     placeholder: "your id for the person (an account id, a customer number)" });
@@ -78,9 +81,18 @@ function eraseSection(subject, refresh, status) {
     const planned = await api(`/v1/subjects/${seg(subject.id)}/erase`, { method: "POST", body: { dry_run: true } });
     const confirm = h("button", { id: "confirm-erase", type: "button", class: "danger" }, "Confirm: erase it all");
     confirm.addEventListener("click", () => act(status, async () => {
-      const job = await api(`/v1/subjects/${seg(subject.id)}/erase`, { method: "POST", body: {} });
-      put(out, h("p", { id: "erase-receipt" }, badge(job.status), ` ${job.subject.sessions.length} session(s) and `,
-        `${job.subject.memory_keys} memory key(s) erased; ${job.subject.held.length} part(s) kept by a hold. `,
+      // The erasure is a job: the answer is the ended job, or (a large subject) the running one, followed here.
+      let job = await api(`/v1/subjects/${seg(subject.id)}/erase`, { method: "POST", body: {} });
+      while (!ENDED.has(job.status)) {
+        put(out, h("p", { id: "erase-running" }, badge(job.status), " erasing…"));
+        await new Promise((resolve) => { setTimeout(resolve, POLL_MS); });
+        job = await api(`/v1/forget/${seg(job.id)}`);
+      }
+      const receipt = job.subject
+        ? [` ${job.subject.sessions.length} session(s) and ${job.subject.memory_keys} memory key(s) erased; `,
+          `${job.subject.held.length} part(s) kept by a hold. `]
+        : [` waits on legal hold ${job.hold_id ?? ""}. `];
+      put(out, h("p", { id: "erase-receipt" }, badge(job.status), ...receipt,
         h("a", { href: `#/jobs/${seg(job.id)}`, text: "Receipt" })));
       await refresh(out);
     }));
