@@ -28,7 +28,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Hashable
+from collections.abc import Awaitable, Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -181,9 +181,36 @@ class TimedSealer(Sealer):
         return await self._timed(super().open_bytes(binding, ciphertext))
 
 
+class NullSealer(TimedSealer):
+    """The same code path with nothing encrypted and no key touched: leaves counted in the process (no reservation
+    in the database, no key derived), "sealing" a one-byte prefix. The baseline that isolates what sealing costs a
+    turn from everything else in the tree (unlike the clear tree, which differs in more than sealing)."""
+
+    _last = 0
+
+    async def leaf(self, tenant: str, stream: Hashable) -> int:
+        self._last += 1
+        return self._last
+
+    async def seal_bytes(self, leaf: int, binding: Binding, plaintext: bytes) -> bytes:
+        return await self._timed(_const(b"N" + plaintext))
+
+    async def open_bytes(self, binding: Binding, ciphertext: bytes) -> bytes:
+        return await self._timed(_const(bytes(ciphertext)[1:]))
+
+    async def punctured(self, tenant: str, leaves: Iterable[int]) -> set[int]:
+        return set()
+
+
+async def _const(value: T) -> T:
+    return value
+
+
 async def sealing_share(sessions: int, turns: int, max_tokens: int) -> None:
-    """The same script in this process through `SessionService.turn` (no HTTP), with the time spent inside the
-    Sealer (leaf reservations, AES-GCM seals and opens, key derivation) summed per turn."""
+    """The same script in this process through `SessionService.turn` (no HTTP), twice side by side, turn by turn:
+    sealed (the process's Sealer, with a stopwatch around its leaf reservations, AES-GCM seals and opens and key
+    derivation) and unsealed (`NullSealer`: the same code path, nothing encrypted), each in a tenant of its own on
+    the same database and engine. Per turn: wall time and this process's CPU time (the engine runs here too)."""
     from app.db.database import Database
     from app.db.embedded import start_embedded_postgres
     from app.db.migrate import upgrade_to_head_async
@@ -205,43 +232,75 @@ async def sealing_share(sessions: int, turns: int, max_tokens: int) -> None:
     data = Path(tempfile.mkdtemp(prefix="lethe-sealturns-inproc-"))
     url = start_embedded_postgres(data)
     await upgrade_to_head_async(url)
-    db = Database(url, pool_size=4)
+    databases = [Database(url, pool_size=4), Database(url, pool_size=4)]
     engine = HFEngine(None, MODEL_CACHE)
+    modes = ("sealed", "unsealed")
     try:
-        tenant_id = new_id("ten")
-        async with db.transaction() as tx:
-            tx.add(Tenant(id=tenant_id, name="bench-" + tenant_id))
         await engine.start()
-        sealer = TimedSealer(Keyring(LocalProvider(data / "keys")), Leaves(TenantService(db).reserve_leaves))
-        db.seal_with(sealer)
-        service = SessionService(db, EngineSlot(engine), LocalSessionCaches(), MiniLMEmbedder(), build_policies(),
-                                 sealer)
+        slot, caches, embedder = EngineSlot(engine), LocalSessionCaches(), MiniLMEmbedder()
+        sealers: list[TimedSealer] = [
+            TimedSealer(Keyring(LocalProvider(data / "keys")), Leaves(TenantService(databases[0]).reserve_leaves)),
+            NullSealer(Keyring(LocalProvider(data / "unused")), Leaves(TenantService(databases[1]).reserve_leaves)),
+        ]
+        tenants, services = [], []
+        for db, sealer in zip(databases, sealers, strict=True):
+            db.seal_with(sealer)
+            tenant_id = new_id("ten")
+            async with db.transaction() as tx:
+                tx.add(Tenant(id=tenant_id, name="bench-" + tenant_id))
+            tenants.append(tenant_id)
+            services.append(SessionService(db, slot, caches, embedder, build_policies(), sealer))
         sampling = {"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens, "seed": 0, "stop": []}
         configs = [SessionConfig(system_prompt=SYSTEM, sampling=sampling)] * sessions + [SessionConfig(
             system_prompt=SYSTEM, sampling=sampling, context_policy="retrieval",
             retrieval={"top_k": 5, "min_similarity": -1.0})]
-        warm = await service.create(tenant_id, configs[-1])  # untimed: model and embedder loaded
-        await service.turn(tenant_id, warm.row.id, [Observation("user", SCRIPT[0])])
-        turn_s, sealing_s, calls = [], [], []
+        for service, tenant_id in zip(services, tenants, strict=True):  # untimed: model and embedder loaded
+            warm = await service.create(tenant_id, configs[-1])
+            await service.turn(tenant_id, warm.row.id, [Observation("user", SCRIPT[0])])
+        wall: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}
+        inside: dict[str, list[float]] = {m: [] for m in modes}
+        replies: dict[str, list[str]] = {m: [] for m in modes}
+        calls = []
         for config in configs:
-            view = await service.create(tenant_id, config)
-            for text in SCRIPT[:turns]:
-                sealer.seconds, sealer.calls = 0.0, 0
-                start = time.perf_counter()
-                await service.turn(tenant_id, view.row.id, [Observation("user", text)])
-                turn_s.append(time.perf_counter() - start)
-                sealing_s.append(sealer.seconds)
-                calls.append(sealer.calls)
+            views = [await service.create(t, config) for service, t in zip(services, tenants, strict=True)]
+            for i, text in enumerate(SCRIPT[:turns]):
+                order = range(2) if i % 2 == 0 else range(1, -1, -1)  # who goes first alternates
+                for k in order:
+                    sealer, mode = sealers[k], modes[k]
+                    sealer.seconds, sealer.calls = 0.0, 0
+                    start, start_cpu = time.perf_counter(), time.process_time()
+                    done = await services[k].turn(tenants[k], views[k].row.id, [Observation("user", text)])
+                    cpu[mode].append(time.process_time() - start_cpu)
+                    wall[mode].append(time.perf_counter() - start)
+                    inside[mode].append(sealer.seconds)
+                    replies[mode].append(done.reply_content or "")
+                    if k == 0:
+                        calls.append(sealer.calls)
     finally:
         await engine.close()
-        await db.close()
+        for db in databases:
+            await db.close()
         stop_postgres(data / "pg")
         shutil.rmtree(data, ignore_errors=True)
-    share = sum(sealing_s) / sum(turn_s)
-    print(f"  in process (SessionService.turn, no HTTP, the same script once, {len(turn_s)} turns): turn median "
-          f"{1000 * statistics.median(turn_s):.1f} ms; inside the Sealer {1000 * statistics.median(sealing_s):.2f} ms "
-          f"median, {1000 * statistics.fmean(sealing_s):.2f} ms mean per turn ({statistics.fmean(calls):.0f} calls: "
-          f"leaves, seals, opens), {100 * share:.2f} % of the turns' time")
+    sealed, unsealed = modes
+    share = sum(inside[sealed]) / sum(wall[sealed])
+    n = len(wall[sealed])
+    print(f"  in process (SessionService.turn, no HTTP, the hf engine on its default threads, {n} turns a mode, "
+          f"sealed and unsealed turn by turn): inside the Sealer {1000 * statistics.median(inside[sealed]):.2f} ms "
+          f"median, {1000 * statistics.fmean(inside[sealed]):.2f} ms mean per turn ({statistics.fmean(calls):.0f} "
+          f"calls: leaves, seals, opens), {100 * share:.2f} % of the sealed turns' time")
+    for mode in modes:
+        print(f"  {mode:<8}: wall p50 {1000 * statistics.median(wall[mode]):.1f} ms, mean "
+              f"{1000 * statistics.fmean(wall[mode]):.1f} ms; CPU of this process "
+              f"{1000 * statistics.median(cpu[mode]):.1f} ms p50, {1000 * sum(cpu[mode]) / n:.1f} ms mean per turn")
+    paired = statistics.median(s / u for s, u in zip(wall[sealed], wall[unsealed], strict=True))
+    cpu_ratio = sum(cpu[sealed]) / sum(cpu[unsealed])
+    print(f"  sealed / unsealed: wall p50 x{statistics.median(wall[sealed]) / statistics.median(wall[unsealed]):.3f}, "
+          f"paired turn-by-turn median x{paired:.3f}, CPU x{cpu_ratio:.3f}; goal cost <= {100 * GOAL:.0f} % of a "
+          f"turn: {'met' if cpu_ratio - 1 <= GOAL else 'NOT met'} by CPU ({100 * (cpu_ratio - 1):+.1f} %)")
+    same = sum(a == b for a, b in zip(replies[sealed], replies[unsealed], strict=True))
+    print(f"  replies identical sealed / unsealed: {same} / {n}")
 
 
 if __name__ == "__main__":
