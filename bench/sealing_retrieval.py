@@ -8,25 +8,28 @@ loaders), beside `--others` messages over 100 other sessions:
 - **sealed**, as the live code stores them now: rows built as the runtime builds them and passed through
   `sealing.seal_rows` (each artifact under a leaf of its session's stream, text, tokens and embedding AES-256-GCM
   sealed), with a real `Sealer` over the `local` key provider in a temporary directory; queried with the runtime's
-  own `artifact_search.nearest_messages` (top 5, min_similarity -1), which opens every candidate vector (one
-  AES-GCM call each) and ranks them with numpy;
+  own `artifact_search.nearest_messages` (top 5, min_similarity -1), which reads the candidates without their
+  ciphertexts, opens only the vectors its `Sealer` has not opened yet at that row version (one AES-GCM call each,
+  then kept in `Sealer.vectors`), ranks them with numpy, and opens the top 5 texts;
 - **clear**, as before sealing (`be86ddb`): the same vectors in the pgvector column, queried with the old
   `nearest_messages` statement (ranked by PostgreSQL: `ORDER BY embedding <=> :q, position LIMIT 5`), copied here.
 Both return the same 5 positions for every query (checked). Timed: `--repeats` random queries each, median and p95,
-`warm` (the keyring's cover and key caches filled by an untimed query first) and, for sealed, `cold` (a fresh
-`Keyring` before every query, as a new process or a cache past its time to live: every cover read from the key store
-and every leaf's key derived again). The clear path has no process cache (PostgreSQL's buffers are warm for both).
-Then where a warm sealed query's time goes, each stage replicated from `artifact_search._ranked` and timed alone:
-fetching the rows (SELECT of the ciphertexts), opening the vectors (`open_vector`: keyring lookup + AES-GCM, one
-call per vector), numpy (matrix, norms, product), the Python sort of the candidates, and opening the top 5 texts;
-beside the bare AES-GCM opens with the AEADs in hand (`envelope.unseal`), and, as the estimate for the redesign the
-doc describes (not built), the same vectors decrypted in blocks of 256 with one AEAD (`--block`).
+`warm` (an untimed query first: the keyring's caches and the opened vectors filled, as for a session ranked turn
+after turn) and, for sealed, `cold` (a fresh `Sealer` and `Keyring` before every query, as a new process or a cache
+past its time to live: every cover read from the key store, every leaf's key derived and every vector opened again).
+The clear path has no process cache (PostgreSQL's buffers are warm for both).
+Then, for the record, where a query that opens every vector spends its time (the path before the opened vectors
+were kept), each stage timed alone: fetching the rows with their ciphertexts, opening the vectors (`open_vector`:
+keyring lookup + AES-GCM, one call per vector), numpy (matrix, norms, product), the Python sort of the candidates,
+and opening the top 5 texts; beside the bare AES-GCM opens with the AEADs in hand (`envelope.unseal`), and the same
+vectors decrypted in blocks of 256 with one AEAD (`--block`, the design the doc weighed).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -81,17 +84,17 @@ async def load_sealed(conn: asyncpg.Connection, sealer: Sealer, tenant_id: str, 
     rows = [
         {"id": new_id("art"), "tenant_id": tenant_id, "session_id": session_id, "position": i, "kind": "user",
          "turn": i + 1, "content": "m", "token_start": i, "token_end": i + 1, "token_ids": [1], "source_ids": [],
-         "committed": False, "meta": "{}", "embedding": vectors[i].tolist()}
+         "committed": False, "meta": {}, "embedding": vectors[i].tolist()}
         for i in range(n)
     ]
     sealed = await seal_rows(sealer, rows)
     await conn.executemany(
         "INSERT INTO artifacts (id, tenant_id, session_id, position, kind, turn, content, content_sealed, token_start, "
-        "token_end, token_ids, token_ids_sealed, source_ids, committed, meta, embedding_sealed, leaf) VALUES ($1, $2, "
-        "$3, $4, $5, $6, NULL, $7, $8, $9, NULL, $10, $11, $12, $13::jsonb, $14, $15)",
+        "token_end, token_ids, token_ids_sealed, source_ids, committed, meta, meta_sealed, embedding_sealed, leaf) "
+        "VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9, NULL, $10, $11, $12, $13::jsonb, $14, $15, $16)",
         [(r["id"], r["tenant_id"], r["session_id"], r["position"], r["kind"], r["turn"], r["content_sealed"],
-          r["token_start"], r["token_end"], r["token_ids_sealed"], r["source_ids"], r["committed"], r["meta"],
-          r["embedding_sealed"], r["leaf"]) for r in sealed],
+          r["token_start"], r["token_end"], r["token_ids_sealed"], r["source_ids"], r["committed"],
+          json.dumps(r["meta"] or {}), r.get("meta_sealed"), r["embedding_sealed"], r["leaf"]) for r in sealed],
     )
     return session_id
 
@@ -132,7 +135,7 @@ async def timed(db: Database, query: Query, session_id: str, q: list[float], bef
 
 
 async def stages(db: Database, session_id: str, q: list[float], before_turn: int) -> dict[str, float]:
-    """One warm sealed query, `artifact_search._ranked` and `nearest_messages` step by step (ms per step)."""
+    """One sealed query that opens every vector (the path before `Sealer.vectors`), step by step (ms per step)."""
     out: dict[str, float] = {}
     async with db.transaction() as tx:
         sealer = sealer_of(tx)
@@ -257,12 +260,13 @@ async def main(sizes: list[int], others: int, repeats: int, url: str | None, blo
         print(f"{n:>9} | {c[0]:7.2f} / {c[1]:6.2f} | {w[0]:7.2f} / {w[1]:6.2f} | {k[0]:7.2f} / {k[1]:6.2f} | "
               f"{w[0] / c[0]:>11.1f}x | {k[0] / c[0]:>11.1f}x")
     names = list(results[sizes[0]]["stages"][0])
-    print(f"\nwarm sealed query, step by step (medians, ms): {', '.join(names)}")
+    print(f"\na sealed query opening every vector (the path before the opened vectors were kept), step by step "
+          f"(medians, ms): {', '.join(names)}")
     for n, r in results.items():
         med = {name: statistics.median(s[name] for s in r["stages"]) for name in names}
         steps = sum(v for name, v in med.items() if name != "bare AES-GCM")
         print(f"  {n:>6}: " + ", ".join(f"{name} {v:.2f}" for name, v in med.items())
-              + f"; steps add up to {steps:.2f} (query median {statistics.median(r['warm']):.2f})")
+              + f"; steps add up to {steps:.2f} (cold query median {statistics.median(r['cold']):.2f})")
         print(f"          per vector: open_vector {1000 * med['open vectors'] / n:.1f} µs, bare AES-GCM "
               f"{1000 * med['bare AES-GCM'] / n:.1f} µs; opens are {100 * med['open vectors'] / steps:.0f} % of the "
               f"query; the same vectors in blocks of {block}: {r['blocks']:.2f} ms to decrypt (estimate of the "

@@ -47,6 +47,10 @@ class KeyCache(Generic[V]):
             while len(self._keys) > self._capacity:
                 self._keys.popitem(last=False)
 
+    @property
+    def ttl_s(self) -> float:
+        return self._ttl_s
+
     def replace(self, name: Hashable, key: V) -> None:
         """A new value under its old expiry (a cover punctured here is no fresher for the leaves it did not touch)."""
         with self._lock:

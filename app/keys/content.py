@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
+from app.keys.cache import KeyCache
 from app.keys.envelope import Binding
 from app.keys.errors import Erased, Unavailable
 from app.keys.keyring import Keyring
@@ -30,11 +31,29 @@ async def _nobody(_tenant: str, _leaves: list[int]) -> None:
     return None
 
 
+# Opened embeddings a process keeps (`Sealer.vectors`): 50k of MiniLM's 384 float32 dimensions are about 77 MB.
+VECTORS = 50_000
+
+
 class Sealer:
-    def __init__(self, keyring: Keyring, leaves: Leaves, *, announce: Announce = _nobody) -> None:
+    def __init__(self, keyring: Keyring, leaves: Leaves, *, announce: Announce = _nobody,
+                 vectors: int = VECTORS) -> None:
         self.keyring = keyring
         self.leaves = leaves
         self.announce = announce
+        # Embeddings opened here, by leaf (one per artifact): a retrieval turn ranks its session's vectors again and
+        # again. Plaintext like the keys, so bounded and dropped like them: by every shred (this process's, and
+        # other processes' through `forget_cached`), within the key caches' time to live at the latest.
+        self.vectors: KeyCache[tuple[str, str, Any]] = KeyCache(capacity=vectors, ttl_s=keyring.ciphers.ttl_s)
+
+    def opened_vector(self, tenant: str, leaf: int, artifact_id: str, version: str) -> Any | None:
+        """The vector this process opened for the artifact's row `version` (PostgreSQL's `xmin`: an embedding
+        rewritten under the same leaf is another row version), or None."""
+        found = self.vectors.get((tenant, leaf))
+        return found[2] if found is not None and found[:2] == (artifact_id, version) else None
+
+    def keep_vector(self, tenant: str, leaf: int, artifact_id: str, version: str, vector: Any) -> None:
+        self.vectors.put((tenant, leaf), (artifact_id, version, vector))
 
     async def leaf(self, tenant: str, stream: Hashable) -> int:
         """A fresh leaf for a new erasure unit; units of one stream (a memory namespace, a session) get neighbours.
@@ -93,6 +112,7 @@ class Sealer:
         wanted = sorted(set(leaves))
         if not wanted:
             return
+        self.vectors.drop((tenant, leaf) for leaf in wanted)
         await self.keyring.shred(tenant, wanted)
         try:
             await self.announce(tenant, wanted)
@@ -100,5 +120,7 @@ class Sealer:
             log.warning("shred announcement failed", extra={"error": type(exc).__name__, "leaves": len(wanted)})
 
     def forget_cached(self, tenant: str, leaves: Iterable[int]) -> None:
-        """Another process shredded `leaves`: stop deriving them here."""
+        """Another process shredded `leaves`: stop deriving them here, and drop what was opened under them."""
+        leaves = list(leaves)
+        self.vectors.drop((tenant, leaf) for leaf in leaves)
         self.keyring.forget_cached(tenant, leaves)

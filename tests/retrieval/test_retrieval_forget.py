@@ -14,7 +14,7 @@ import httpx
 from app.embeddings import MiniLMEmbedder
 from tests.forget.forget_helpers import artifacts, assert_tiles, forget, shape, tables_holding, wait_job
 from tests.retrieval.retrieval_helpers import PERSONA, descendants, retrieval_session, say
-from tests.support import HeldLock, lethe_serve, problem, stored_artifacts, wait_waiting
+from tests.support import HeldLock, lethe_serve, problem, sql, stored_artifacts, wait_waiting
 
 PARIS = "I live in Paris."
 
@@ -233,3 +233,31 @@ def test_two_api_processes_share_a_retrieval_session(
             assert_no_dangling_parents(items)
     finally:
         other.stop()
+
+
+def test_opened_vectors_are_kept_per_row_version_and_dropped_by_the_forget(
+    client: httpx.Client, live_server: Any, database_url: str
+) -> None:
+    """A retrieval turn opens its session's vectors once and keeps them (`Sealer.vectors`), each for the row
+    version it opened; a rewritten row is opened again, and a forget's shred drops what it erased."""
+    messages = [("bees", "I keep bees."), ("pin", "My PIN is 5521."), ("ask", "What do I keep?")]
+    session_id, ids = retrieval_session(client, messages, top_k=2)
+    sealer = live_server.app.state.container.sealer
+    rows = {r["id"]: r for r in stored_artifacts(database_url, "WHERE session_id = $1", session_id)}
+    tenant_id = rows[ids["bees"]]["tenant_id"]
+
+    def kept(name: str) -> Any:
+        return sealer.vectors.get((tenant_id, rows[ids[name]]["leaf"]))
+
+    def version(name: str) -> str:
+        return str(sql(database_url, "SELECT xmin::text AS v FROM artifacts WHERE id = $1", ids[name])[0]["v"])
+
+    assert kept("bees")[:2] == (ids["bees"], version("bees")) and kept("pin") is not None  # the last turn ranked them
+    sql(database_url, "UPDATE artifacts SET meta = meta WHERE id = $1", ids["bees"])  # a new row version
+    assert kept("bees")[1] != version("bees")
+    say(client, session_id, "Anything else?")
+    assert kept("bees")[:2] == (ids["bees"], version("bees"))  # opened again, at the row's version
+
+    job = forget(client, {"artifact_id": ids["pin"]}, strategy="delete_dependents", wait=True)
+    assert job["status"] == "succeeded" and job["erasure"]["at_rest"] == "complete", job
+    assert kept("pin") is None and kept("bees") is not None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import ARRAY, Text, bindparam, or_, select, text, update
+from sqlalchemy import ARRAY, Text, any_, bindparam, cast, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact
@@ -41,28 +41,50 @@ _EMBEDDED = or_(Artifact.embedding.is_not(None), Artifact.embedding_sealed.is_no
 _UNEMBEDDED = (Artifact.embedding.is_(None)) & (Artifact.embedding_sealed.is_(None))
 
 
+# The row version an opened vector belongs to: an embedding rewritten under the same leaf is another version.
+_VERSION = literal_column("artifacts.xmin::text", Text).label("version")
+
+
 async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], min_similarity: float
                   ) -> list[tuple[float, Any]]:
     """(similarity, row) of the embedded rows `where` selects whose cosine similarity to `vector` is at least
-    `min_similarity`, most similar first, ties in log order. Rows whose leaf was shredded are left out."""
+    `min_similarity`, most similar first, ties in log order. Rows whose leaf was shredded are left out.
+
+    The candidates are read without their ciphertexts; only the vectors this process has not opened yet at that row
+    version (`Sealer.opened_vector`) are fetched and opened, then kept. A session ranked turn after turn opens each
+    vector once."""
     stmt = select(
         Artifact.id, Artifact.tenant_id, Artifact.kind, Artifact.turn, Artifact.position, Artifact.source_ids,
-        Artifact.content, Artifact.content_sealed, Artifact.embedding, Artifact.embedding_sealed,
+        Artifact.leaf, _VERSION,
     ).where(*where, _EMBEDDED).order_by(Artifact.position)
     sealer = sealer_of(db)
-    rows, vectors = [], []
-    for row in (await db.execute(stmt)).all():
-        try:
-            opened = await open_vector(sealer, row.tenant_id, row.id, row.embedding, row.embedding_sealed)
-        except Erased:
-            continue
-        if opened is not None:
-            rows.append(row)
-            vectors.append(opened)
+    candidates = (await db.execute(stmt)).all()
+    opened: dict[str, Any] = {}
+    for row in candidates:
+        if row.leaf is not None:
+            hit = sealer.opened_vector(row.tenant_id, row.leaf, row.id, row.version)
+            if hit is not None:
+                opened[row.id] = hit
+    missing = [row.id for row in candidates if row.id not in opened]
+    if missing:
+        fetch = select(
+            Artifact.id, Artifact.tenant_id, Artifact.leaf, _VERSION, Artifact.embedding, Artifact.embedding_sealed,
+        ).where(Artifact.id == any_(cast(missing, ARRAY(Text))))
+        for stored in (await db.execute(fetch)).all():
+            try:
+                found = await open_vector(sealer, stored.tenant_id, stored.id, stored.embedding,
+                                          stored.embedding_sealed)
+            except Erased:
+                continue
+            if found is not None:
+                opened[stored.id] = found
+                if stored.leaf is not None and stored.embedding_sealed is not None:
+                    sealer.keep_vector(stored.tenant_id, stored.leaf, stored.id, stored.version, found)
+    rows = [row for row in candidates if row.id in opened]
     if not rows:
         return []
     # pgvector's `<=>` in double precision over the stored float32 vectors: 1 - a·b / (|a| |b|).
-    matrix = np.asarray(vectors, dtype=np.float64)
+    matrix = np.asarray([opened[row.id] for row in rows], dtype=np.float64)
     query = np.asarray(vector, dtype=np.float64)
     norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -94,9 +116,18 @@ async def nearest_messages(
     if exclude:
         where.append(Artifact.id.not_in(list(exclude)))
     sealer = sealer_of(db)
+    nearest = (await _ranked(db, where, vector, min_similarity))[:top_k]
+    texts = select(Artifact.id, Artifact.content, Artifact.content_sealed).where(
+        Artifact.id.in_([r.id for _, r in nearest]))
+    stored = {row.id: row for row in (await db.execute(texts)).all()} if nearest else {}
     out = []
-    for similarity, r in (await _ranked(db, where, vector, min_similarity))[:top_k]:
-        content = await open_text(sealer, r.tenant_id, r.id, r.content, r.content_sealed)
+    for similarity, r in nearest:
+        if (text_row := stored.get(r.id)) is None:
+            continue
+        try:
+            content = await open_text(sealer, r.tenant_id, r.id, text_row.content, text_row.content_sealed)
+        except Erased:  # shredded since its vector was opened here (another process's forget, not yet told)
+            continue
         out.append(Neighbor(r.id, r.kind, r.turn, r.position, content, list(r.source_ids), similarity))
     return out
 
