@@ -9,6 +9,8 @@ Everything runs on the `local` provider in a temporary directory, with real AES-
 - shred: one forget's closure (20 consecutive leaves) punctured in a tenant holding `--live` leaves, and an "epoch"
   alternative for comparison: the time to re-wrap `--live` 32-byte data keys in process (what a wrapped-key
   hierarchy pays on every rotation, before any database write);
+- rotation: what `lethe keys rotate` does to the key store once no shred is pending (`KeyAdmin.rotate`: every shard
+  of the tenant swept, the leftovers of killed writes destroyed), for `--live` leaves (one shard per 4,096);
 - top-k: a session's `--sizes` encrypted 384-dimension float32 embeddings decrypted with cached keys and ranked
   (exact top 5, numpy), sealed one per row or in blocks of 256 vectors, against ranking the same vectors in the
   clear (the decryption's share).
@@ -84,8 +86,12 @@ def shredding(directory: Path, live: int, repeats: int) -> None:
     wrapping, keys = AESGCM(os.urandom(32)), [os.urandom(32) for _ in range(live)]
     nonce = os.urandom(12)
     rewrap = median_us(lambda: [wrapping.encrypt(nonce, key, None) for key in keys], max(3, repeats // 5)) / 1000
+    shards = (live + tree.LEAVES - 1) // tree.LEAVES
+    provider = keyring.provider
+    rotate = median_us(lambda: [provider.sweep(TENANT, shard) for shard in range(shards)], repeats) / 1000
     print(f"{live} live leaves: shred one forget (20 leaves, fsynced) {shred:.2f} ms;"
-          f" re-wrap {live} data keys in process (epoch alternative, no database writes) {rewrap:.1f} ms")
+          f" re-wrap {live} data keys in process (epoch alternative, no database writes) {rewrap:.1f} ms;"
+          f" rotate (`lethe keys rotate`'s sweep of the {shards} shards) {rotate:.2f} ms")
 
 
 def ranking(size: int, repeats: int) -> None:

@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,20 @@ import httpx
 import pytest
 import uvicorn
 
-from app.db.database import Database
 from app.db.embedded import start_embedded_postgres
 from app.engine.protocol import KVEngine
 from app.main import create_app
 from app.settings import Settings
-from app.tenants.service import TenantService
 from app.web.deps import ContainerDep
-from tests.support import BOOTSTRAP_KEY, MODEL_CACHE, WEBHOOK_SECRET, OverrideService, free_port, rewired
+from tests.support import (
+    BOOTSTRAP_KEY,
+    MODEL_CACHE,
+    WEBHOOK_SECRET,
+    OverrideService,
+    free_port,
+    new_tenant_key,
+    rewired,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The suite's hf engines run one thread each: the build machines have 2 cores shared with other work, and beside one
@@ -201,16 +206,15 @@ def other_tenant_key(live_server: LiveServer, database_url: str) -> str:
     """An API key of a second tenant on the same database, made the way `lethe tenant create` makes one.
 
     Depends on the live server so the schema is migrated first."""
+    return new_tenant_key(database_url, "other")
 
-    async def create_tenant() -> str:
-        db = Database(database_url, pool_size=1)
-        try:
-            _, key = await TenantService(db).create_tenant("other-" + uuid.uuid4().hex[:8])
-        finally:
-            await db.close()
-        return key
 
-    return asyncio.run(create_tenant())
+@pytest.fixture
+def fresh_tenant(live_server: LiveServer, database_url: str) -> Iterator[httpx.Client]:
+    """An HTTP client of a tenant of its own, made for the test: what it lists or searches is what the test made."""
+    key = new_tenant_key(database_url, "fresh")
+    with httpx.Client(base_url=live_server.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+        yield c
 
 
 @pytest.fixture

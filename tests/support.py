@@ -6,6 +6,7 @@ import asyncio
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -393,3 +394,20 @@ def stored_environments(database_url: str, session_id: str) -> list[dict[str, An
         return rows
 
     return asyncio.run(run())
+
+
+def new_tenant_key(database_url: str, prefix: str) -> str:
+    """An API key of a new tenant (named `prefix-<random>`) on the database, made as `lethe tenant create` makes
+    one."""
+    from app.db.database import Database
+    from app.tenants.service import TenantService
+
+    async def create() -> str:
+        db = Database(database_url, pool_size=1)
+        try:
+            _, key = await TenantService(db).create_tenant(f"{prefix}-{uuid.uuid4().hex[:8]}")
+        finally:
+            await db.close()
+        return key
+
+    return asyncio.run(create())

@@ -29,6 +29,7 @@ from app.embeddings import Embedder
 from app.forget.closure import ClosureEntry, closure_of
 from app.forget.repositories.sealing import clear_target
 from app.runtime.blocks import MODEL_KINDS, ROLE_OF
+from app.runtime.retrieval import embed_rows
 from app.sessions.repositories import artifact_search as search_repo
 from app.sessions.repositories import artifacts as artifacts_repo
 
@@ -205,26 +206,17 @@ async def embed_query(
     """The query's vector, once every observation of the session (model outputs too with `outputs`) has one: run
     before the session is locked, so the lock is never held while the embedder works."""
     excluded = _excluded(outputs)
-    async with db.transaction() as tx:
-        missing = [(a.id, a.content) for a in await search_repo.unembedded_observations(tx, session_id, excluded)]
-    vectors = await embedder.embed([content for _, content in missing] + [query])
-    if missing:
-        async with db.transaction() as tx:
-            await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
-    return vectors[-1]
+    [vector] = await embed_rows(
+        db, embedder, lambda tx: search_repo.unembedded_observations(tx, session_id, excluded), query
+    )
+    return vector
 
 
 async def embed_observations(db: Database, embedder: Embedder, session_id: str, *, outputs: bool = False) -> None:
     """Embed every observation of the session (model outputs too with `outputs`) that has no vector yet, so `similar`
     sees all of them: for a caller that embedded its query once for many sessions (a subject's `also.query`)."""
     excluded = _excluded(outputs)
-    async with db.transaction() as tx:
-        missing = [(a.id, a.content) for a in await search_repo.unembedded_observations(tx, session_id, excluded)]
-    if not missing:
-        return
-    vectors = await embedder.embed([content for _, content in missing])
-    async with db.transaction() as tx:
-        await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=True)})
+    await embed_rows(db, embedder, lambda tx: search_repo.unembedded_observations(tx, session_id, excluded))
 
 
 async def similar(

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from app.errors import InvalidRequest
 from app.keys.shred import SHRED_DOC, Shred
 from app.memory.catalog import MemoryCatalog
+from app.memory.repositories.values import LiveRecord
 from app.memory.schemas import (
     KEY_PATTERN,
     NAMESPACE_PATTERN,
@@ -31,7 +31,7 @@ from app.memory.schemas import (
     SearchRequest,
 )
 from app.memory.search import MemorySearch, SearchQuery
-from app.memory.service import MemoryService, WriteOutcome, WriteRequest
+from app.memory.service import MAX_VALUES_PAGE, MemoryService, WriteOutcome, WriteRequest
 from app.memory.validation import base_version_from_headers, etag
 from app.web.consistency import ReadFromDep, stamp, token_responses
 from app.web.deps import ContainerDep, PrincipalDep
@@ -153,6 +153,11 @@ async def list_namespaces(
     )
 
 
+def _record_out(namespace: str, r: LiveRecord) -> MemoryRecordOut:
+    return MemoryRecordOut(namespace=namespace, key=r.key, value=r.value, version=r.version, source=r.source,
+                           updated_at=r.updated_at, created_at=r.created_at, expires_at=r.expires_at)
+
+
 # exclude_unset: without include_forgotten the page keeps its original shape (no empty `forgotten`).
 @router.get(
     "/{namespace:memory_namespace}", response_model=KeyList, response_model_exclude_unset=True,
@@ -170,24 +175,26 @@ async def list_keys(
         bool, Query(description="Also list tombstoned keys (their names, never a value), named in `forgotten`")
     ] = False,
     values: Annotated[
-        bool, Query(description="Also answer each live record with its value in `records` (limit at most 100; not "
-                    "with include_forgotten)")
+        bool, Query(description=f"Also answer each live record with its value in `records` (then at most "
+                    f"{MAX_VALUES_PAGE} keys a page, whatever `limit` asks)")
     ] = False,
 ) -> KeyList:
+    if include_forgotten:
+        size = min(limit, MAX_VALUES_PAGE) if values else limit
+        rows, after = await catalog.page_keys(principal.tenant_id, namespace, cursor=cursor, limit=size, where=where)
+        forgotten = [r.key for r in rows if r.forgotten]
+        if not values:
+            return KeyList(keys=[r.key for r in rows], next_cursor=after, forgotten=forgotten)
+        live = await memory.records_of(principal.tenant_id, namespace, [r.key for r in rows if not r.forgotten],
+                                       where=where)
+        return KeyList(keys=[r.key for r in rows], next_cursor=after, forgotten=forgotten,
+                       records=[_record_out(namespace, r) for r in live])
     if values:
-        if include_forgotten:
-            raise InvalidRequest("values and include_forgotten: a tombstone has no value; ask for one or the other")
         found, next_cursor = await memory.list_records(
             principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where
         )
-        return KeyList(keys=[r.key for r in found], next_cursor=next_cursor, records=[
-            MemoryRecordOut(namespace=namespace, key=r.key, value=r.value, version=r.version, source=r.source,
-                            updated_at=r.updated_at, created_at=r.created_at, expires_at=r.expires_at)
-            for r in found
-        ])
-    if include_forgotten:
-        rows, after = await catalog.page_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where)
-        return KeyList(keys=[r.key for r in rows], next_cursor=after, forgotten=[r.key for r in rows if r.forgotten])
+        return KeyList(keys=[r.key for r in found], next_cursor=next_cursor,
+                       records=[_record_out(namespace, r) for r in found])
     keys, next_cursor = await memory.list_keys(principal.tenant_id, namespace, cursor=cursor, limit=limit, where=where)
     return KeyList(keys=keys, next_cursor=next_cursor)
 

@@ -228,10 +228,10 @@ class MemoryService:
     async def list_records(
         self, tenant_id: str, namespace: str, *, cursor: str | None, limit: int, where: ReadFrom = PRIMARY
     ) -> tuple[list[LiveRecord], str | None]:
-        """`list_keys` with each record's value, opened: one statement per page (`?values=true`)."""
+        """`list_keys` with each record's value, opened: one statement per page (`?values=true`), at most
+        `MAX_VALUES_PAGE` records whatever `limit` asks."""
         check_namespace(namespace)
-        if limit > MAX_VALUES_PAGE:
-            raise InvalidRequest(f"limit: at most {MAX_VALUES_PAGE} records a page with values=true")
+        limit = min(limit, MAX_VALUES_PAGE)
         after = None if cursor is None else decode_cursor(cursor)
         rows = await self.db.read_pg(
             where,
@@ -240,6 +240,16 @@ class MemoryService:
         more = len(rows) > limit
         rows = rows[:limit]
         return [row for row in rows if not row.erased], encode_cursor(rows[-1].key) if more else None
+
+    async def records_of(
+        self, tenant_id: str, namespace: str, keys: list[str], *, where: ReadFrom = PRIMARY
+    ) -> list[LiveRecord]:
+        """The live records among `keys` (a page of the key catalog), values opened; erased ones left out."""
+        check_namespace(namespace)
+        rows = await self.db.read_pg(
+            where, lambda sql: values_repo.records_of(sql, self.sealer, tenant_id, namespace, keys)
+        )
+        return [row for row in rows if not row.erased]
 
     async def history(
         self, tenant_id: str, namespace: str, key: str, *, where: ReadFrom = PRIMARY

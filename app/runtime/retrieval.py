@@ -25,13 +25,14 @@ a record only if it retrieved it. A summary (`summarize`) is a derived message w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.database import Database
+from app.db.models import Artifact
 from app.embeddings import Embedder
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.engine.session_caches import SessionCaches
@@ -108,17 +109,28 @@ async def query_vector(
     return (await embedder.embed([query_text(observations)]))[0]
 
 
+async def embed_rows(
+    db: Database, embedder: Embedder, unembedded: Callable[[AsyncSession], Awaitable[Sequence[Artifact]]],
+    *texts: str,
+) -> list[list[float]]:
+    """Embed the artifacts `unembedded` reads (rows without a vector), and `texts` in the same call, whose vectors
+    it returns. The model runs between two short transactions, never inside one."""
+    async with db.transaction() as tx:
+        missing = [(a.id, a.content) for a in await unembedded(tx)]
+    if not missing and not texts:
+        return []
+    vectors = await embedder.embed([content for _, content in missing] + list(texts))
+    if missing:
+        async with db.transaction() as tx:
+            await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
+    return vectors[len(missing):]
+
+
 async def embed_missing(db: Database, embedder: Embedder, session_id: str) -> None:
     """Embed the session's live messages that have no vector yet (memory injected at creation, messages a forget
-    rewrote), so retrieval sees every message. The model runs between two short transactions, never inside one; the
-    caller holds the session's lease, so nothing else writes these rows meanwhile."""
-    async with db.transaction() as tx:
-        missing = [(a.id, a.content) for a in await search_repo.unembedded(tx, session_id, CONTEXT_KINDS)]
-    if not missing:
-        return
-    vectors = await embedder.embed([content for _, content in missing])
-    async with db.transaction() as tx:
-        await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=True)})
+    rewrote), so retrieval sees every message. The caller holds the session's lease, so nothing else writes these
+    rows meanwhile."""
+    await embed_rows(db, embedder, lambda tx: search_repo.unembedded(tx, session_id, CONTEXT_KINDS))
 
 
 @dataclass(frozen=True)

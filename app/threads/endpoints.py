@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Response
@@ -59,6 +60,34 @@ async def get_threads(container: ContainerDep) -> ThreadService:
 ThreadsDep = Annotated[ThreadService, Depends(get_threads)]
 
 
+@dataclass(frozen=True)
+class PageQuery:
+    """A checkpoint listing's query, one thread's or the tenant's."""
+
+    checkpoint_ns: str | None
+    before: str | None
+    metadata: str | None
+    limit: int
+    cursor: str | None
+
+
+def page_query(
+    checkpoint_ns: Annotated[str | None, Query(
+        max_length=500, pattern=TEXT_PATTERN, description="Only this namespace; absent: every namespace"
+    )] = None,
+    before: Annotated[str | None, Query(
+        min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN, description="Only checkpoints older than this id"
+    )] = None,
+    metadata: Annotated[str | None, Query(max_length=10_000, include_in_schema=False)] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> PageQuery:
+    return PageQuery(checkpoint_ns, before, metadata, limit, cursor)
+
+
+PageDep = Annotated[PageQuery, Depends(page_query)]
+
+
 @router.post(":delete_for_runs", response_model=DeletedOut, summary="Delete every checkpoint of these runs")
 async def delete_for_runs(body: RunsIn, principal: PrincipalDep, threads: ThreadsDep) -> DeletedOut:
     return await threads.delete_for_runs(principal.tenant_id, body.run_ids)
@@ -112,20 +141,8 @@ METADATA_FILTER = {
     summary="Every thread's checkpoints, newest first (LangGraph's list without a thread)",
     openapi_extra={"parameters": [METADATA_FILTER]},
 )
-async def list_tenant_checkpoints(
-    principal: PrincipalDep, threads: ThreadsDep,
-    checkpoint_ns: Annotated[str | None, Query(
-        max_length=500, pattern=TEXT_PATTERN, description="Only this namespace; absent: every namespace"
-    )] = None,
-    before: Annotated[str | None, Query(
-        min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN, description="Only checkpoints older than this id"
-    )] = None,
-    metadata: Annotated[str | None, Query(max_length=10_000, include_in_schema=False)] = None,
-    limit: Limit = 100,
-    cursor: Cursor = None,
-) -> Response:
-    return _json(await threads.tenant_page(principal.tenant_id, checkpoint_ns=checkpoint_ns, before=before,
-                                           metadata=metadata, limit=limit, cursor=cursor))
+async def list_tenant_checkpoints(principal: PrincipalDep, threads: ThreadsDep, page: PageDep) -> Response:
+    return _json(await threads.tenant_page(principal.tenant_id, **vars(page)))
 
 
 @router.get(
@@ -133,19 +150,9 @@ async def list_tenant_checkpoints(
     openapi_extra={"parameters": [METADATA_FILTER]},
 )
 async def list_checkpoints(
-    thread_id: ThreadId, principal: PrincipalDep, threads: ThreadsDep,
-    checkpoint_ns: Annotated[str | None, Query(
-        max_length=500, pattern=TEXT_PATTERN, description="Only this namespace; absent: every namespace"
-    )] = None,
-    before: Annotated[str | None, Query(
-        min_length=1, max_length=200, pattern=CHECKPOINT_ID_PATTERN, description="Only checkpoints older than this id"
-    )] = None,
-    metadata: Annotated[str | None, Query(max_length=10_000, include_in_schema=False)] = None,
-    limit: Limit = 100,
-    cursor: Cursor = None,
+    thread_id: ThreadId, principal: PrincipalDep, threads: ThreadsDep, page: PageDep
 ) -> Response:
-    return _json(await threads.page(principal.tenant_id, thread_id, checkpoint_ns=checkpoint_ns, before=before,
-                                    metadata=metadata, limit=limit, cursor=cursor))
+    return _json(await threads.page(principal.tenant_id, thread_id, **vars(page)))
 
 
 @router.delete("/{thread_id}", response_model=DeleteOut, summary="Delete a thread, durably")

@@ -4,38 +4,16 @@ second connection, not timed)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from app.db.database import Database
-from app.tenants.service import TenantService
-from tests.conftest import LiveServer
 from tests.forget.forget_helpers import wait_job
 from tests.forget.test_webhook import headers as signed_headers
 from tests.support import held_session, problem, sql
-
-
-@pytest.fixture
-def fresh_tenant(live_server: LiveServer, database_url: str) -> Iterator[httpx.Client]:
-    """A tenant of its own, so page contents are exactly what the test made."""
-
-    async def create() -> str:
-        db = Database(database_url, pool_size=1)
-        try:
-            _, key = await TenantService(db).create_tenant("listing-" + uuid.uuid4().hex[:8])
-        finally:
-            await db.close()
-        return key
-
-    key = asyncio.run(create())
-    with httpx.Client(base_url=live_server.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
-        yield c
 
 
 def walk(client: httpx.Client, path: str, field: str, **params: Any) -> list[list[dict[str, Any]]]:

@@ -181,6 +181,9 @@ def steer(model: str) -> Any:
             _capped(body, ("max_tokens", "max_completion_tokens"), "max_tokens")
         elif path.endswith("/erase") and path.startswith("/v1/subjects/"):
             body.pop("also", None)
+            # The erasure is a job queued behind the replays other calls queued: answered at once (202), not
+            # waited for (up to LETHE_FORGET_WAIT_S a call).
+            body["wait"] = False
         elif path == "/v1/webhooks/detector":
             raw = json.dumps(body).encode()
             kwargs["data"] = raw

@@ -7,19 +7,13 @@ Against the run's real server, PostgreSQL and tiny model.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
-from app.db.database import Database
-from app.tenants.service import TenantService
-from tests.conftest import LiveServer
 from tests.forget.forget_helpers import artifacts, forget, run_script, user, wait_job
 from tests.support import problem
 
@@ -36,23 +30,6 @@ def _export(client: httpx.Client, subject_id: str) -> dict[str, Any]:
     assert r.headers["content-type"].startswith("application/json")
     exported: dict[str, Any] = json.loads(r.text)
     return exported
-
-
-@pytest.fixture
-def own_tenant(live_server: LiveServer, database_url: str) -> Iterator[httpx.Client]:
-    """A tenant of its own: `also` reads the whole tenant, so what it reaches is exactly what the test made."""
-
-    async def create() -> str:
-        db = Database(database_url, pool_size=1)
-        try:
-            _, key = await TenantService(db).create_tenant("subjects-" + uuid.uuid4().hex[:8])
-        finally:
-            await db.close()
-        return key
-
-    key = asyncio.run(create())
-    with httpx.Client(base_url=live_server.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
-        yield c
 
 
 def _put_memory(client: httpx.Client, ns: str, key: str, value: Any) -> None:
@@ -268,8 +245,8 @@ QUERY = "Where Hana lives: her home address"
 SAID = "Hana told me she lives at 14 Juniper Lane in Bristol."
 
 
-def test_also_query_forgets_what_they_said_by_meaning_in_other_subjects_sessions(own_tenant: httpx.Client) -> None:
-    client, hana, ivo = own_tenant, _subject(), _subject()
+def test_also_query_forgets_what_they_said_by_meaning_in_other_subjects_sessions(fresh_tenant: httpx.Client) -> None:
+    client, hana, ivo = fresh_tenant, _subject(), _subject()
     hanas, _ = run_script(client, [[user("My home address is 14 Juniper Lane, Bristol.")]], FAST, subject_id=hana)
     support, _ = run_script(client, [[user("Hello, I need help with my order.")], [user(SAID)],
                                      [user("Thanks for the help.")]], FAST, subject_id=ivo)

@@ -5,11 +5,12 @@ it out and its cursor still moves past it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.db.statements import Sql, Statement
+from app.db.statements import Row, Sql, Statement
 from app.keys.content import Sealer
 from app.memory.repositories.records import LIVE
 from app.memory.repositories.sealing import RECORDS, open_value
@@ -36,6 +37,7 @@ _LIVE_RECORDS_SQL = f"""
 """
 _FIRST = Statement(_LIVE_RECORDS_SQL.format(after=""), json=["value"])
 _AFTER = Statement(_LIVE_RECORDS_SQL.format(after="AND key > :after"), json=["value"])
+_OF_KEYS = Statement(_LIVE_RECORDS_SQL.format(after="AND key = ANY(CAST(:keys AS text[]))"), json=["value"])
 
 
 async def live_records(
@@ -44,6 +46,16 @@ async def live_records(
     """Keyset page of the live records, in key order, strictly after `after`, their values opened."""
     params: dict[str, Any] = {"tenant_id": tenant_id, "namespace": namespace, "limit": limit}
     rows = await db.all(_FIRST, params) if after is None else await db.all(_AFTER, {**params, "after": after})
+    return await _opened(sealer, tenant_id, namespace, rows)
+
+
+async def records_of(db: Sql, sealer: Sealer, tenant_id: str, namespace: str, keys: list[str]) -> list[LiveRecord]:
+    """The live records among `keys`, in key order, their values opened (a page of the key catalog's)."""
+    params = {"tenant_id": tenant_id, "namespace": namespace, "limit": len(keys), "keys": keys}
+    return await _opened(sealer, tenant_id, namespace, await db.all(_OF_KEYS, params) if keys else [])
+
+
+async def _opened(sealer: Sealer, tenant_id: str, namespace: str, rows: Sequence[Row]) -> list[LiveRecord]:
     out = []
     for r in rows:
         opened = await open_value(sealer, tenant_id, RECORDS, namespace, r["key"], r)
