@@ -14,6 +14,7 @@ The thread routes create no forget jobs: what they removed is recorded in `threa
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 
 from app.db.database import Database
 from app.db.statements import Sql
@@ -54,15 +55,29 @@ class Shredder:
         return True
 
     async def sweep(self, *, limit: int = SWEEP_BATCH) -> int:
-        """Settle up to `limit` pending shreds, oldest first; how many completed."""
+        """Settle up to `limit` pending shreds, oldest first; how many completed. A tenant's pending jobs are
+        punctured together, one write per shard (what piles up while the provider was down costs one write per
+        shard when it is back, not one per job), then each job is marked with the leaves it recorded."""
         async with self.db.pg() as sql:
             pending = await jobs_repo.pending_shreds(sql, limit=limit)
-        done = 0
+        by_tenant: dict[str, list[jobs_repo.PendingShred]] = defaultdict(list)
         for job in pending:
+            by_tenant[job.tenant_id].append(job)
+        done = 0
+        for tenant_id, jobs in by_tenant.items():
+            leaves = sorted({leaf for job in jobs for leaf in job.leaves})
             try:
-                done += await self.settle(job.tenant_id, job.id, job.leaves)
-            except Exception:  # a damaged cover (Tampered) must stay loud, and must not stop the other shreds
-                log.exception("shred failed", extra={"forget_id": job.id})
+                await self.sealer.shred(tenant_id, leaves)
+            except Unavailable as exc:
+                log.warning("shreds pending: key provider unavailable", extra={"jobs": len(jobs), "error": str(exc)})
+                continue
+            except Exception:  # a damaged cover (Tampered) must stay loud, and must not stop other tenants' shreds
+                log.exception("shreds failed", extra={"forget_ids": [job.id for job in jobs]})
+                continue
+            async with self.db.pg() as sql:
+                for job in jobs:
+                    await jobs_repo.mark_shredded(sql, job.id, job.leaves)
+            done += len(jobs)
         return done + await thread_shredding.sweep(self.db, self.sealer, limit=limit)
 
     async def pending(self, sql: Sql) -> dict[str, jobs_repo.PendingSummary]:

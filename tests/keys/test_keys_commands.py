@@ -288,3 +288,49 @@ def test_verify_fails_on_a_moved_ciphertext_and_on_a_key_missing_from_the_store(
     code, tables = _verified(database_url, name)
     assert code == 1 and tables["memory_records"]["missing"] == 1
     assert not (Path(os.environ["LETHE_KEY_DIR"]) / tenant_id / f"{far >> 12:010d}.cover").exists()  # never created
+
+
+def test_a_sweep_punctures_a_tenants_pending_shreds_in_one_write_per_shard(
+    quiet_database_url: str, tmp_path: Path
+) -> None:
+    """Four forgets whose shreds the provider refused (it was down), three of them in one shard: the worker's sweep
+    settles all four with one write per shard, and each job is marked with the leaves it recorded."""
+    from app.forget.shredding import Shredder
+    from app.keys import tree
+    from app.keys.content import Sealer
+    from app.keys.keyring import Keyring
+    from app.keys.leaves import Leaves
+
+    database_url = quiet_database_url
+    tenant_id, _ = _new_tenant(database_url)
+    recorded = [[3], [5, 6], [9], [tree.LEAVES + 1]]
+    for leaves in recorded:
+        _queue_pending(database_url, tenant_id, leaves)
+    writes: list[int] = []
+
+    class Counting(LocalProvider):
+        def write(self, tenant: str, shard: int, nodes: tree.Nodes, expected: int) -> Any:
+            if tenant == tenant_id:
+                writes.append(shard)
+            return super().write(tenant, shard, nodes, expected)
+
+    keys = tmp_path / "keys"
+
+    async def sweep() -> int:
+        db = Database(database_url, pool_size=1)
+        try:
+            sealer = Sealer(Keyring(Counting(keys)), Leaves(TenantService(db).reserve_leaves))
+            return await Shredder(db, sealer).sweep()
+        finally:
+            await db.close()
+
+    assert _run(sweep()) >= len(recorded)  # other tests' tenants on this database may have had some pending too
+    assert sorted(writes) == [0, 1]
+    jobs = sql(database_url, "SELECT shred_leaves, shredded_at FROM forget_jobs WHERE tenant_id = $1", tenant_id)
+    assert sorted(list(j["shred_leaves"]) for j in jobs) == sorted(recorded)
+    assert all(j["shredded_at"] is not None for j in jobs)
+    keyring = Keyring(LocalProvider(keys))
+    for leaf in (3, 5, 6, 9, tree.LEAVES + 1):
+        with pytest.raises(Erased):
+            _run(keyring.key(tenant_id, leaf))
+    _run(keyring.key(tenant_id, 4))  # a neighbour nobody forgot still derives
