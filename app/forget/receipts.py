@@ -106,6 +106,16 @@ class SubjectEntry(BaseModel):
     also: list[dict[str, str]] = Field(default_factory=list)
     # What a standing legal hold kept out of it: {hold_id, session_id | namespace}. Releasing the hold erases it.
     held: list[dict[str, str]] = Field(default_factory=list)
+    # Per session erased: {session_id, forget_id (its deletion's job, None when nothing of it was sealed), keys (the
+    # data keys destroyed with it: one per sealed artifact, checkpoint, environment or conversation object)}.
+    per_session: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many of each kind it erased (and how many parts a hold kept)."""
+        return {"sessions": len(self.sessions), "conversations": len(self.conversations),
+                "namespaces": len(self.namespaces), "memory_keys": self.memory_keys, "also": len(self.also),
+                "held": len(self.held)}
 
 
 class RetentionEntry(BaseModel):

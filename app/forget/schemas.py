@@ -222,6 +222,16 @@ class SubjectReceipt(BaseModel):
         description="`{hold_id, session_id}` or `{hold_id, namespace}`: a part a standing legal hold kept out of "
         "the erasure; releasing the hold (DELETE /v1/holds/{id}) erases it",
     )
+    counts: dict[str, int] = Field(
+        default_factory=dict,
+        description="How many it erased of each kind: `sessions`, `conversations`, `namespaces`, `memory_keys`, "
+        "`also` (forgets queued in others' sessions), and `held` (parts a hold kept)",
+    )
+    per_session: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="`{session_id, forget_id, keys}` per session erased: its deletion's job and how many data keys "
+        "were destroyed with it (one per sealed artifact, checkpoint, environment or conversation object)",
+    )
 
 
 class RetentionReceipt(BaseModel):

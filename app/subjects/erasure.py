@@ -245,6 +245,7 @@ class SubjectErasure:
         leaves: list[int] = []
         plaintext = False
         erased_sessions: list[str] = []
+        per_session: list[dict[str, Any]] = []
         for session_id in plan.sessions:
             try:
                 deleted = await self.sessions.delete(tenant_id, session_id, erasure=True)
@@ -254,6 +255,8 @@ class SubjectErasure:
                 held.append({"hold_id": hold.hold_id, "session_id": session_id})
                 continue
             erased_sessions.append(session_id)
+            per_session.append({"session_id": session_id, "forget_id": deleted.forget_id,
+                                "keys": len(set(deleted.erased.leaves))})
             leaves += deleted.erased.leaves
             plaintext = plaintext or deleted.erased.plaintext > 0
             jobs += [deleted.forget_id] if deleted.forget_id else []
@@ -273,7 +276,7 @@ class SubjectErasure:
             subject_id=subject_id, sessions=erased_sessions,
             conversations=[plan.conversation_of[s] for s in erased_sessions if s in plan.conversation_of],
             namespaces=[n for n in plan.namespaces if not any(h.get("namespace") == n for h in held)],
-            memory_keys=tombstoned, jobs=jobs, also=others, held=held,
+            memory_keys=tombstoned, jobs=jobs, also=others, held=held, per_session=per_session,
         )
         shred = sorted(set(leaves))
         # Nothing sealed erased (nothing owned, or only plaintext from before sealing): no promise at rest.

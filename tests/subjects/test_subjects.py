@@ -154,6 +154,11 @@ def test_erasing_a_subject_erases_what_they_own_with_one_receipt_and_nothing_els
     assert job["strategy"] == "subject_erase" and job["status"] == "succeeded"
     assert set(job["subject"]["sessions"]) == set(plan["sessions"]) and job["subject"]["memory_keys"] == 2
     assert job["erasure"]["at_rest"] == "complete", job  # every leaf of all of it destroyed
+    assert job["subject"]["counts"] == {"sessions": 2, "conversations": 1, "namespaces": 1, "memory_keys": 2,
+                                        "also": 0, "held": 0}
+    per_session = {s["session_id"]: s for s in job["subject"]["per_session"]}
+    assert set(per_session) == set(plan["sessions"]) and all(s["keys"] > 0 for s in per_session.values())
+    assert {s["forget_id"] for s in per_session.values()} <= set(job["subject"]["jobs"])
     assert "Art. 17" not in erased.text  # the reason is not kept
     for listed in job["subject"]["jobs"]:
         assert client.get(f"/v1/forget/{listed}").json()["status"] == "succeeded"
