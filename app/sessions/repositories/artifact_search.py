@@ -53,10 +53,8 @@ async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], m
     The candidates are read without their ciphertexts; only the vectors this process has not opened yet at that row
     version (`Sealer.opened_vector`) are fetched and opened, then kept. A session ranked turn after turn opens each
     vector once."""
-    stmt = select(
-        Artifact.id, Artifact.tenant_id, Artifact.kind, Artifact.turn, Artifact.position, Artifact.source_ids,
-        Artifact.leaf, _VERSION,
-    ).where(*where, _EMBEDDED).order_by(Artifact.position)
+    stmt = select(Artifact.id, Artifact.tenant_id, Artifact.position, Artifact.leaf, _VERSION).where(
+        *where, _EMBEDDED).order_by(Artifact.position)
     sealer = sealer_of(db)
     candidates = (await db.execute(stmt)).all()
     opened: dict[str, Any] = {}
@@ -84,13 +82,15 @@ async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], m
     if not rows:
         return []
     # pgvector's `<=>` in double precision over the stored float32 vectors: 1 - a·b / (|a| |b|).
-    matrix = np.asarray([opened[row.id] for row in rows], dtype=np.float64)
+    matrix = np.stack([opened[row.id] for row in rows]).astype(np.float64)
     query = np.asarray(vector, dtype=np.float64)
     norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
     with np.errstate(invalid="ignore", divide="ignore"):
         similarity = np.clip(matrix @ query / norms, -1.0, 1.0)
-    order = sorted((i for i in range(len(rows)) if 1.0 - similarity[i] <= 1.0 - min_similarity),
-                   key=lambda i: (1.0 - similarity[i], rows[i].position))
+    distance = 1.0 - similarity
+    kept = np.flatnonzero(distance <= 1.0 - min_similarity)
+    positions = np.fromiter((rows[i].position for i in kept), dtype=np.int64, count=len(kept))
+    order = kept[np.lexsort((positions, distance[kept]))]  # by distance, ties in log order
     return [(float(similarity[i]), rows[i]) for i in order]
 
 
@@ -117,18 +117,19 @@ async def nearest_messages(
         where.append(Artifact.id.not_in(list(exclude)))
     sealer = sealer_of(db)
     nearest = (await _ranked(db, where, vector, min_similarity))[:top_k]
-    texts = select(Artifact.id, Artifact.content, Artifact.content_sealed).where(
-        Artifact.id.in_([r.id for _, r in nearest]))
-    stored = {row.id: row for row in (await db.execute(texts)).all()} if nearest else {}
+    # The top k's own columns and texts only: the ranking read ids, positions and leaves.
+    details = select(Artifact.id, Artifact.kind, Artifact.turn, Artifact.source_ids, Artifact.content,
+                     Artifact.content_sealed).where(Artifact.id.in_([r.id for _, r in nearest]))
+    stored = {row.id: row for row in (await db.execute(details)).all()} if nearest else {}
     out = []
     for similarity, r in nearest:
-        if (text_row := stored.get(r.id)) is None:
+        if (found := stored.get(r.id)) is None:
             continue
         try:
-            content = await open_text(sealer, r.tenant_id, r.id, text_row.content, text_row.content_sealed)
+            content = await open_text(sealer, r.tenant_id, r.id, found.content, found.content_sealed)
         except Erased:  # shredded since its vector was opened here (another process's forget, not yet told)
             continue
-        out.append(Neighbor(r.id, r.kind, r.turn, r.position, content, list(r.source_ids), similarity))
+        out.append(Neighbor(r.id, found.kind, found.turn, r.position, content, list(found.source_ids), similarity))
     return out
 
 
