@@ -285,8 +285,7 @@ class ForgetExecutor:
                 raise LeaseLost(job.id)
             if owned.leaf is not None and owned.leaf not in (owned.shred_leaves or []):  # once: its end may rerun
                 await jobs_repo.add_shred_leaves(tx, job.id, [owned.leaf])
-        shredded = await self._shred(job)
-        if not shredded and job.shred_now and error is None and self.shredder is not None:
+        if not await self._shred(job) and job.shred_now and error is None and self.shredder is not None:
             # `"shred": "now"`: it reads as ended only once its keys are destroyed; until then it stays running and
             # its end runs again (the target and receipt it needs are still sealed under its leaf).
             raise ShredWait(f"job {job.id}: the key provider refused its shred")

@@ -209,13 +209,18 @@ def install_problem_handlers(app: FastAPI) -> None:
         return await _unexpected(request, exc)
 
     # The same on the hot path's asyncpg pool (app/db/database.py `Database.pg`): the backend was terminated or the
-    # socket died mid-statement. The pool replaces a closed connection at its next checkout.
+    # socket died mid-statement. The pool replaces a closed connection at its next checkout. A backend terminated
+    # while its connection sat idle in the pool can also surface, at the next statement, as the protocol still
+    # "in" the operation the termination interrupted (InternalClientError); the pool's reset then drops it.
     @app.exception_handler(asyncpg.PostgresConnectionError)
     @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)
     @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(asyncpg.InternalClientError)
     async def _pg_connection(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, asyncpg.InterfaceError) and "closed" not in str(exc):
             return await _unexpected(request, exc)  # a misuse of the driver, not a lost connection
+        if isinstance(exc, asyncpg.InternalClientError) and "in progress" not in str(exc):
+            return await _unexpected(request, exc)
         log.warning("database connection lost; the pool reconnects", extra={"path": request.url.path})
         lost = DatabaseUnavailable("the database connection was lost; retry", headers={"Retry-After": "1"})
         return _error_response(request, lost)
