@@ -215,12 +215,12 @@ class SubjectReceipt(BaseModel):
     also: list[dict[str, str]] = Field(
         default_factory=list,
         description="`{session_id, forget_id}`: a selective-replay forget of what they said in another subject's "
-        "session (`also.text`), queued; its own receipt says when it is done",
+        "session (`also.text` or `also.query`), queued; its own receipt says when it is done",
     )
     held: list[dict[str, str]] = Field(
         default_factory=list,
         description="`{hold_id, session_id}` or `{hold_id, namespace}`: a part a standing legal hold kept out of "
-        "the erasure; releasing the hold (DELETE /v1/holds/{id}) erases it",
+        "the erasure; releasing the hold (DELETE /v1/holds/{id}) queues its erasure",
     )
     counts: dict[str, int] = Field(
         default_factory=dict,
