@@ -30,6 +30,7 @@ from app.health import endpoints as health
 from app.holds import endpoints as holds
 from app.keys.factory import build_provider
 from app.keys.identity import check_key_store
+from app.keys.renewal import TokenRenewal
 from app.mcp.mount import McpMount
 from app.memory import endpoints as memory
 from app.observability.metrics import Metrics
@@ -80,9 +81,13 @@ def create_app(
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
         if not prepared:
             await tenants.bootstrap(settings)
+        provider = build_provider(settings)
+        renewal = TokenRenewal.of(provider, expiry=metrics.key_token_expiry.set)
         try:
             # Before anything reads or writes sealed content: the key store must be the one the database knows.
-            await check_key_store(db, build_provider(settings), settings)
+            await check_key_store(db, provider, settings)
+            # Renewed before serving, so a process restarted near the token's end starts with a full term.
+            first_renewal = await asyncio.to_thread(renewal.step) if renewal is not None else None
         except BaseException:
             await db.close()
             raise
@@ -108,6 +113,8 @@ def create_app(
         container.background.append(asyncio.create_task(
             container.services.memory.expiry.run(interval_s=settings.memory_expiry_sweep_s), name="memory-expiry",
         ))
+        if renewal is not None:
+            container.background.append(asyncio.create_task(renewal.run(first_renewal), name="key-token-renewal"))
         await mcp.start()
         log.info("lethe started", extra={
             "engine": settings.engine.value, "version": __version__,

@@ -11,7 +11,7 @@ version wrapped for a survivor would have to be re-wrapped in PostgreSQL, whose 
 (docs/erasure-at-rest.md). A cover per shard keeps the key material in one mutable place, out of every backup.
 
 `hvac` is the client. A server unreachable, sealed or answering 5xx, and a refused token, are `Unavailable`: nothing
-was written and the caller answers 503.
+was written and the caller answers 503. The token's own lease is kept alive by app/keys/renewal.py.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import requests
 from app.keys import tree
 from app.keys.errors import Tampered, Unavailable
 from app.keys.provider import Cover
+from app.keys.renewal import TokenLease
 
 T = TypeVar("T")
 _TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -69,6 +70,24 @@ class OpenBaoProvider:
         except hvac.exceptions.InvalidPath:
             return None
         return answer
+
+    def token(self) -> TokenLease:
+        """What the server says of this provider's token: whether it can be renewed, and for how long it lives."""
+        data = self._call(lambda: self._client.auth.token.lookup_self())["data"]
+        return TokenLease(
+            renewable=bool(data.get("renewable")), ttl_s=int(data.get("ttl") or 0),
+            full_s=int(data.get("period") or data.get("creation_ttl") or 0),
+        )
+
+    def renew(self) -> int:
+        """Renews the token for its full term (its period, else the TTL it was created with, both capped by its
+        max TTL); returns the seconds it now lives."""
+        try:
+            answer = self._call(lambda: self._client.auth.token.renew_self())
+        except hvac.exceptions.InvalidRequest as exc:  # not renewable (any more): the caller says when it expires
+            raise Unavailable(f"key provider refused to renew the token: {exc}",
+                              retry_after_s=self._retry_after_s) from exc
+        return int(answer["auth"]["lease_duration"])
 
     def identity(self) -> str:
         url = f"/v1/{self._mount}/data/{self._prefix}/.identity"  # a tenant id never starts with a dot

@@ -95,6 +95,12 @@ class Metrics:
             "lethe_erasure_horizon_seconds", "LETHE_ERASURE_HORIZON_S: the bound a forget's erasure at rest keeps.",
             registry=self.registry, multiprocess_mode="livemax",
         )
+        self.key_token_expiry = Gauge(
+            "lethe_key_provider_token_expiry_timestamp_seconds",
+            "When the OpenBao/Vault token Lethe presents expires, as Unix time (0: never); Lethe renews it at half of "
+            "every term, so a value closer than that to time() means renewals fail or the max TTL is near.",
+            registry=self.registry, multiprocess_mode="livemin",
+        )
         # A vLLM fleet behind vllm-router (engine vllm-remote): every request a session makes, by its affinity
         # (app/engine/fleet.py): kept (it found its prefix cache), lost (it had one on the fleet and found none: a
         # failover), new (nothing to find yet), failed (the fleet went away under it: the client got a 503).

