@@ -81,9 +81,9 @@ def create_app(
         tenants = TenantService(db, auth_cache_s=settings.auth_cache_s)
         if not prepared:
             await tenants.bootstrap(settings)
-        provider = build_provider(settings)
-        renewal = TokenRenewal.of(provider, expiry=metrics.key_token_expiry.set)
         try:
+            provider = build_provider(settings)
+            renewal = TokenRenewal.of(provider, expiry=metrics.key_token_expiry.set)
             # Before anything reads or writes sealed content: the key store must be the one the database knows.
             await check_key_store(db, provider, settings)
             # Renewed before serving, so a process restarted near the token's end starts with a full term.
