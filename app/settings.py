@@ -86,7 +86,8 @@ class Settings(BaseSettings):
     replay_verify: bool = Field(
         default=True,
         description="A forget's replay verifies each transition's recorded reply in one forward pass instead of "
-        "decoding it again (hf; certified token for token, docs/engines.md); off: every replayed reply is decoded.",
+        "decoding it again (certified token for token, docs/engines.md: hf; greedy replies on vllm, and on vllm-remote "
+        "where Lethe is installed beside the fleet's vLLM); off: every replayed reply is decoded.",
     )
     forget_lock_timeout_s: float = Field(
         default=120.0, gt=0, le=3600, description="How long a forget waits for a turn in flight before requeueing."

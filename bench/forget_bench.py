@@ -38,6 +38,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -68,6 +69,8 @@ LABELS = {
     "hf-decode": {"selective_replay": "B7", "full_reset": "B5"},  # hf with LETHE_REPLAY_VERIFY=0: today's replay
     "vllm": {"selective_replay": "B7", "full_reset": "B5'"},
     "vllm-decode": {"selective_replay": "B7", "full_reset": "B5'"},  # vllm with LETHE_REPLAY_VERIFY=0
+    "vllm-remote": {"selective_replay": "B7", "full_reset": "B5'"},  # one `vllm serve` worker (worker_for)
+    "vllm-remote-decode": {"selective_replay": "B7", "full_reset": "B5'"},
 }
 PAST_TARGET = 12  # the paper's setting: sessions run 12 transitions past the target
 
@@ -85,15 +88,35 @@ def tenant_key(server: LetheServer, name: str) -> str:
 
 
 @contextlib.contextmanager
+def worker_for(engine: str, ready_s: float) -> Iterator[dict[str, str]]:
+    """For `vllm-remote` (and `vllm-remote-decode`): one `vllm serve` worker (bench.fleet, Lethe's vLLM plugin loaded
+    beside it), stopped after the server; the settings that point Lethe at it. Nothing for the other engines."""
+    if not engine.startswith("vllm-remote"):
+        yield {}
+        return
+    from app.engine.model_store import resolve_model  # only this engine needs the model's directory
+    from bench.fleet import VLLMWorker
+
+    worker = VLLMWorker(resolve_model(None, ROOT / ".lethe" / "models").path,
+                        Path(tempfile.mkdtemp(prefix="forget-bench-vllm-")) / "vllm.log")
+    try:
+        print(f"[{engine}] vllm serve ready after {worker.wait_ready(ready_s):.1f}s", flush=True)
+        yield {"LETHE_VLLM_URL": worker.url}
+    finally:
+        worker.stop()
+
+
+@contextlib.contextmanager
 def serve(engine: str, ready_s: float) -> Iterator[LetheServer]:
     """`lethe serve` on `engine` (`hf-decode`, `vllm-decode`: with LETHE_REPLAY_VERIFY=0) (bench.serve: a temporary data
     directory, stopped and removed on exit); a failure
     while it serves is reported with the server's state and the end of its log."""
     verify = "0" if engine.endswith("-decode") else "1"  # -decode: replays decode every reply again (no verification)
-    with serving(
-        ready_s=ready_s, LETHE_ENGINE=engine.removesuffix("-decode"), LETHE_BOOTSTRAP_API_KEY=API_KEY,
-        LETHE_REPLAY_VERIFY=verify,
-    ) as server:
+    with contextlib.ExitStack() as stack:
+        fleet = stack.enter_context(worker_for(engine, ready_s))
+        env = {"LETHE_ENGINE": engine.removesuffix("-decode"), "LETHE_BOOTSTRAP_API_KEY": API_KEY,
+               "LETHE_REPLAY_VERIFY": verify, **fleet}
+        server = stack.enter_context(serving(None, ready_s, tree=ROOT, **env))
         try:
             yield server
         except JobFailed:

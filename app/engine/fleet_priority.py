@@ -39,7 +39,7 @@ async def probe_priority(probe: Probe, mode: PriorityMode) -> tuple[dict[str, An
         return await probe(None), False
     try:
         return await probe(PROBE_PRIORITY), True
-    except ValueError as refused:  # the fleet's 4xx (vllm_remote._json)
+    except ValueError as refused:  # the fleet's 4xx (vllm_remote_wire.answer)
         if "priority" not in str(refused).lower():
             raise
         if mode == "on":

@@ -1,4 +1,7 @@
-"""A vLLM plugin (entry point `vllm.general_plugins`, pyproject.toml): seeded requests survive chunked prefill on CPU.
+"""A vLLM plugin (entry point `vllm.general_plugins`, pyproject.toml) with two patches: seeded requests survive
+chunked prefill on CPU, and a completion that asks for prompt logprobs may still read the prefix cache.
+
+**Seeded requests on CPU.**
 
 vLLM samples a token for every request in a step, also for one whose prompt is only partly prefilled (a chunk), and
 throws that token away. A seeded request has a generator of its own, and the draw must not count, or the request's
@@ -14,6 +17,14 @@ vLLM loads general plugins in every process it starts, so `vllm serve` workers w
 it too; it changes nothing on other platforms. vLLM calls the model runner's internals unstable: the plugin patches
 `_sample` and `_bookkeeping_sync` of the installed 0.32, and tests/engine_vllm/test_vllm_scheduler.py checks seeded
 sampling after a chunked prefill against the same prompt prefilled in one step, bit for bit.
+
+**Prefix-cache reads for a verification** (app/engine/vllm_verify.py). vLLM turns prefix-cache reads off for any
+request that asks for prompt logprobs (a cached position has none), so a remote verification of a replayed reply
+would compute the session's whole log again. The completions API has no field to say "I need logprobs only past what
+you may have cached"; a completion whose `vllm_xargs` holds `lethe_read_prefix_cache` gets reads back
+(`SamplingParams.skip_reading_prefix_cache = False`) in `vllm serve`'s API process. A fleet without Lethe installed
+beside vLLM ignores the key and recomputes: still exact, only slower, and the remote engine then decodes instead
+(vllm_remote.py asks the fleet once at start).
 """
 
 from __future__ import annotations
@@ -21,10 +32,37 @@ from __future__ import annotations
 from typing import Any
 
 PATCHED = "_lethe_cpu_generator_rewind"  # marks the model runner class once patched (plugins may load twice)
+READ_PREFIX_CACHE = "lethe_read_prefix_cache"  # the `vllm_xargs` key a verifying completion sends
+PATCHED_READS = "lethe_reads_prefix_cache"  # marks the completion request class once patched
 
 
 def register() -> None:
     """vLLM's plugin hook: called once per vLLM process, before any model runner exists."""
+    _prefix_cache_reads()
+    _cpu_generator_rewind()
+
+
+def _prefix_cache_reads() -> None:
+    try:  # the module of vLLM 0.32; another vLLM keeps its own behaviour (reads off), and the engine decodes
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    except ImportError:
+        return
+    if getattr(CompletionRequest, PATCHED_READS, False) or not hasattr(CompletionRequest, "to_sampling_params"):
+        return
+    to_sampling_params = CompletionRequest.to_sampling_params
+
+    def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+        params = to_sampling_params(self, *args, **kwargs)
+        if (params.extra_args or {}).pop(READ_PREFIX_CACHE, None):
+            params.skip_reading_prefix_cache = False
+            params.detokenize = False
+        return params
+
+    CompletionRequest.to_sampling_params = patched  # type: ignore[method-assign]
+    setattr(CompletionRequest, PATCHED_READS, True)
+
+
+def _cpu_generator_rewind() -> None:
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():

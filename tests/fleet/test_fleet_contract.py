@@ -16,7 +16,8 @@ from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.fleet import SESSION_HEADER, FleetRequest, ObservedFleet
 from app.engine.model_store import resolve_model
 from app.engine.protocol import Sampling
-from app.engine.vllm_remote import RETRY_AFTER_S, VLLMRemoteEngine
+from app.engine.vllm_remote import VLLMRemoteEngine
+from app.engine.vllm_remote_wire import RETRY_AFTER_S
 from app.errors import EngineUnavailable
 from app.observability.metrics import Metrics
 from app.runtime.engine_calls import use_salt
@@ -99,7 +100,9 @@ def words(chat: ChatMLTemplate, text: str, times: int) -> list[int]:
 async def test_every_session_request_carries_its_routing_key_and_the_probe_none(chat: ChatMLTemplate) -> None:
     fleet = ScriptedFleet(chat)
     engine, _ = await started(fleet)
-    assert fleet.keys == [None]  # the start-up probe is no session's
+    # The start-up probes are no session's: the tokenizer's, then the verification probe's two requests, to one worker.
+    assert fleet.keys[0] is None and len(fleet.keys) == 3 and fleet.keys[1] == fleet.keys[2]
+    assert str(fleet.keys[1]).startswith("lethe-verification-probe-")
     handle = await engine.open("tenant-a:ses_1", salt="tenant-a:ses_1:0", tokens=words(chat, "Hi ", 40))
     await engine.generate(handle, Sampling(max_tokens=1))
     await engine.warm(handle)
@@ -107,7 +110,7 @@ async def test_every_session_request_carries_its_routing_key_and_the_probe_none(
     await engine.generate(handle, Sampling(max_tokens=1))
     twin = await engine.fork(handle, "tenant-a:ses_2")
     await engine.warm(twin)
-    assert fleet.keys[1:] == ["tenant-a:ses_1"] * 3 + ["tenant-a:ses_2"]
+    assert fleet.keys[3:] == ["tenant-a:ses_1"] * 3 + ["tenant-a:ses_2"]
     await engine.close()
 
 

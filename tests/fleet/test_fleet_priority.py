@@ -54,6 +54,9 @@ class Server:
         return [body.get("priority") for body in self.bodies]
 
 
+VERIFICATION_PROBE = 2  # requests start() sends after the priority probe (vllm_remote.py: _probe_verification)
+
+
 async def started(server: Server, mode: PriorityMode) -> VLLMRemoteEngine:
     engine = VLLMRemoteEngine(
         "http://router", None, MODEL_CACHE, transport=httpx.MockTransport(server), priority=mode
@@ -75,7 +78,8 @@ async def test_a_fleet_that_takes_priorities_gets_each_request_s(chat: ChatMLTem
     engine = await started(server, "auto")
     assert engine.sends_priority
     await one_request_per_priority(engine, chat)
-    assert server.priorities() == [-2, 0, -1, -2]  # the probe's, then live, forget, detector (lower goes first)
+    # The priority probe's, the verification probe's two (live), then live, forget, detector (lower goes first).
+    assert server.priorities() == [-2, 0, 0, 0, -1, -2]
     await engine.close()
 
 
@@ -84,7 +88,8 @@ async def test_a_fleet_that_refuses_them_gets_none_in_auto_and_fails_the_start_i
     engine = await started(server, "auto")
     assert not engine.sends_priority
     await one_request_per_priority(engine, chat)
-    assert server.priorities() == [-2, None, None, None, None]  # refused once, then none sent
+    # Refused once and asked again without, then none sent.
+    assert server.priorities() == [-2, *[None] * (1 + VERIFICATION_PROBE + 3)]
     await engine.close()
 
     with pytest.raises(FleetRefusesPriority, match="--scheduling-policy priority"):
@@ -96,7 +101,7 @@ async def test_off_sends_none_and_another_refusal_is_not_taken_for_one(chat: Cha
     engine = await started(server, "off")
     assert not engine.sends_priority
     await one_request_per_priority(engine, chat)
-    assert server.priorities() == [None] * 4
+    assert server.priorities() == [None] * (1 + VERIFICATION_PROBE + 3)
     await engine.close()
 
     with pytest.raises(ValueError, match="max_tokens"):  # a fleet that is wrong otherwise fails the start, as before
