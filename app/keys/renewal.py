@@ -88,7 +88,11 @@ class TokenRenewal:
         delay = first_delay
         while delay is not None:
             await asyncio.sleep(delay)
-            delay = await asyncio.to_thread(self.step)
+            try:
+                delay = await asyncio.to_thread(self.step)
+            except Exception:  # an answer nobody foresaw: the loop must outlive it, the token depends on it
+                log.exception("renewing the key provider's token failed unexpectedly; trying again in %.0f s", RETRY_S)
+                delay = RETRY_S
 
     def _expires(self, ttl_s: int) -> None:
         self.expires_at = 0.0 if ttl_s == 0 else self.clock() + ttl_s
