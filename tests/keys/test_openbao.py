@@ -280,3 +280,34 @@ def test_the_server_renews_its_token_at_start_and_keeps_renewing(
     assert _last_renewal(bao, token) is not None
     assert 3500 < expiry - time.time() <= 3600
     assert task.cancelled()
+
+
+class _Flaky:
+    """A holder whose first look fails in a way nobody foresaw, then finds a token that never expires."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def token(self) -> TokenLease:
+        self.looks += 1
+        if self.looks == 1:
+            raise RuntimeError("an answer nobody foresaw")
+        return TokenLease(renewable=False, ttl_s=0, full_s=0)
+
+    def renew(self) -> int:
+        raise AssertionError("a token that never expires is not renewed")
+
+
+def test_the_renewal_loop_outlives_an_unforeseen_failure(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", no_wait)
+    holder = _Flaky()
+    with caplog.at_level(logging.ERROR, logger="app.keys.renewal"):
+        asyncio.run(TokenRenewal(holder).run(0.0))  # ends once the token is found never to expire
+    assert holder.looks == 2 and waits == [0.0, 30.0] and "failed unexpectedly" in caplog.text
