@@ -98,7 +98,6 @@ class Container:
         horizon_s = settings.erasure_horizon_s
         self.metrics.erasure_horizon.set(horizon_s)
         self.sealer = sealer = build_sealer(settings, self.db, self.tenants)
-        self.db.seal_with(sealer)  # session content is sealed in the artifact repositories (their unit of work)
         self.shredder = Shredder(self.db, sealer)
         self.job_events = JobEvents(self.db.pg_url, self.forget_wake, shredded=sealer.forget_cached)
         policies = build_policies()  # the one registry, handed to everything that resolves a session's policy
@@ -108,11 +107,11 @@ class Container:
             on_wait=self.metrics.session_waiters.inc, settle=self.shredder.settle, horizon_s=horizon_s,
         )
         forget = ForgetService(
-            self.db, self.engine, self.embedder, policies, wait_s=settings.forget_wait_s, wake=self.forget_wake,
-            events=self.job_events, shredder=self.shredder, horizon_s=horizon_s,
+            self.db, self.engine, self.embedder, policies, sealer=sealer, wait_s=settings.forget_wait_s,
+            wake=self.forget_wake, events=self.job_events, shredder=self.shredder, horizon_s=horizon_s,
         )
         executor = ForgetExecutor(
-            self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies,
+            self.db, self.engine, self.handles, sessions, self.metrics, self.embedder, policies, sealer=sealer,
             lock_timeout_s=settings.forget_lock_timeout_s, replay_verify=settings.replay_verify, horizon_s=horizon_s,
             shredder=self.shredder,
         )
@@ -134,8 +133,8 @@ class Container:
             memory_catalog=MemoryCatalog(self.db),
             memory_search=MemorySearch(self.db, sealer, self.embedder, memory.expiry),
             webhooks=DetectorWebhooks(self.db, forget),
-            conversations=CompatService(self.db, self.engine, sessions, forget),
-            chat=ChatService(self.db, self.engine, sessions, forget),
+            conversations=CompatService(self.db, self.engine, sessions, forget, sealer=sealer),
+            chat=ChatService(self.db, self.engine, sessions, forget, sealer=sealer),
             threads=ThreadService(self.db, sealer, max_checkpoint_bytes=settings.thread_max_checkpoint_bytes),
             subjects=SubjectService(self.db, sealer),
             subject_erasure=erasure,

@@ -81,13 +81,15 @@ async def load(conn: asyncpg.Connection, tenant_id: str, n: int, rng: random.Ran
 Answers = list[list[str]]
 
 
-async def exact_ms(db: Database, session_id: str, queries: list[list[float]], turn: int) -> tuple[float, Answers]:
+async def exact_ms(
+    db: Database, sealer: Sealer, session_id: str, queries: list[list[float]], turn: int
+) -> tuple[float, Answers]:
     times: list[float] = []
     answers: Answers = []
     for q in queries:
         start = time.perf_counter()
         async with db.transaction() as tx:
-            found = await repo.nearest_messages(tx, session_id, q, kinds=CONTEXT_KINDS, before_turn=turn,
+            found = await repo.nearest_messages(tx, sealer, session_id, q, kinds=CONTEXT_KINDS, before_turn=turn,
                                                 top_k=TOP_K, min_similarity=-1.0)
         times.append((time.perf_counter() - start) * 1000)
         answers.append([n.id for n in found])
@@ -113,10 +115,10 @@ async def main(sizes: list[int], others: int, repeats: int, url: str | None) -> 
     await upgrade_to_head_async(url)
     conn = await asyncpg.connect(url)
     db = Database(url, pool_size=2)
-    # The runtime's query takes the process's Sealer from the unit of work; these rows are in the clear (no leaf), so
-    # it opens nothing, but one must be bound (bench/sealing_retrieval.py compares with sealed rows).
+    # The runtime's query takes the process's Sealer; these rows are in the clear (no leaf), so it opens nothing,
+    # but one must be given (bench/sealing_retrieval.py compares with sealed rows).
     keys = Path(tempfile.mkdtemp(prefix="lethe-retrievalbench-keys-"))
-    db.seal_with(Sealer(Keyring(LocalProvider(keys)), Leaves(TenantService(db).reserve_leaves)))
+    sealer = Sealer(Keyring(LocalProvider(keys)), Leaves(TenantService(db).reserve_leaves))
     tenant_id = new_id("ten")
     await conn.execute("INSERT INTO tenants (id, name) VALUES ($1, $2)", tenant_id, "bench-" + tenant_id)
     try:
@@ -125,7 +127,7 @@ async def main(sizes: list[int], others: int, repeats: int, url: str | None) -> 
         sessions = {n: await load(conn, tenant_id, n, rng) for n in sizes}
         await conn.execute("ANALYZE artifacts")
         queries = [unit(rng) for _ in range(repeats)]
-        exact = {n: await exact_ms(db, sessions[n], queries, n + 1) for n in sizes}
+        exact = {n: await exact_ms(db, sealer, sessions[n], queries, n + 1) for n in sizes}
         await conn.execute("CREATE INDEX bench_hnsw ON artifacts USING hnsw (embedding vector_cosine_ops)")
         await conn.execute("ANALYZE artifacts")
         print(f"{'messages':>9} {'others':>7} {'exact ms':>9} {'hnsw ms':>8} {'hnsw rows/k':>12} {'hnsw recall':>12}")

@@ -58,7 +58,7 @@ from app.keys.leaves import Leaves
 from app.keys.local import LocalProvider
 from app.runtime.retrieval import CONTEXT_KINDS
 from app.sessions.repositories import artifact_search as repo
-from app.sessions.repositories.sealing import binding, open_text, open_vector, seal_rows, sealer_of
+from app.sessions.repositories.sealing import binding, open_text, open_vector, seal_rows
 from app.tenants.service import TenantService
 from bench.retrieval_bench import DIMS, TOP_K, load, new_session
 from bench.serve import stop_postgres
@@ -104,7 +104,8 @@ def _where(session_id: str, before_turn: int) -> list[Any]:
             Artifact.kind.in_(list(CONTEXT_KINDS)), Artifact.turn < before_turn]
 
 
-async def old_nearest(db: AsyncSession, session_id: str, vector: list[float], before_turn: int) -> list[int]:
+async def old_nearest(db: AsyncSession, _sealer: Sealer, session_id: str, vector: list[float], before_turn: int
+                      ) -> list[int]:
     """The positions be86ddb's `nearest_messages` returned: PostgreSQL ranks (`<=>`, ties in log order, LIMIT k)."""
     distance = Artifact.embedding.cosine_distance(vector)
     stmt = (
@@ -117,28 +118,28 @@ async def old_nearest(db: AsyncSession, session_id: str, vector: list[float], be
     return [r.position for r in (await db.execute(stmt)).all()]
 
 
-async def new_nearest(db: AsyncSession, session_id: str, vector: list[float], before_turn: int) -> list[int]:
-    found = await repo.nearest_messages(db, session_id, vector, kinds=CONTEXT_KINDS, before_turn=before_turn,
+async def new_nearest(db: AsyncSession, sealer: Sealer, session_id: str, vector: list[float], before_turn: int
+                      ) -> list[int]:
+    found = await repo.nearest_messages(db, sealer, session_id, vector, kinds=CONTEXT_KINDS, before_turn=before_turn,
                                         top_k=TOP_K, min_similarity=-1.0)
     return [n.position for n in found]
 
 
-Query = Callable[[AsyncSession, str, list[float], int], Awaitable[list[int]]]
+Query = Callable[[AsyncSession, Sealer, str, list[float], int], Awaitable[list[int]]]
 
 
-async def timed(db: Database, query: Query, session_id: str, q: list[float], before_turn: int
+async def timed(db: Database, sealer: Sealer, query: Query, session_id: str, q: list[float], before_turn: int
                 ) -> tuple[float, list[int]]:
     start = time.perf_counter()
     async with db.transaction() as tx:
-        found = await query(tx, session_id, q, before_turn)
+        found = await query(tx, sealer, session_id, q, before_turn)
     return (time.perf_counter() - start) * 1000, found
 
 
-async def stages(db: Database, session_id: str, q: list[float], before_turn: int) -> dict[str, float]:
+async def stages(db: Database, sealer: Sealer, session_id: str, q: list[float], before_turn: int) -> dict[str, float]:
     """One sealed query that opens every vector (the path before `Sealer.vectors`), step by step (ms per step)."""
     out: dict[str, float] = {}
     async with db.transaction() as tx:
-        sealer = sealer_of(tx)
         t0 = time.perf_counter()
         stmt = select(
             Artifact.id, Artifact.tenant_id, Artifact.kind, Artifact.turn, Artifact.position, Artifact.source_ids,
@@ -208,7 +209,6 @@ async def main(sizes: list[int], others: int, repeats: int, url: str | None, blo
         return Sealer(Keyring(LocalProvider(keys)), Leaves(tenants.reserve_leaves))
 
     sealer = fresh()
-    db.seal_with(sealer)
     tenant_id = new_id("ten")
     await conn.execute("INSERT INTO tenants (id, name) VALUES ($1, $2)", tenant_id, "bench-" + tenant_id)
     results: dict[int, dict[str, Any]] = {}
@@ -222,21 +222,19 @@ async def main(sizes: list[int], others: int, repeats: int, url: str | None, blo
         queries = [[float(x) for x in v] for v in unit_vectors(np_rng, repeats)]
         for n in sizes:
             turn = n + 1
-            await timed(db, old_nearest, clear[n], queries[0], turn)  # untimed: plans and buffers warm
-            await timed(db, new_nearest, sealed[n], queries[0], turn)  # untimed: fills the keyring's caches
+            await timed(db, sealer, old_nearest, clear[n], queries[0], turn)  # untimed: plans and buffers warm
+            await timed(db, sealer, new_nearest, sealed[n], queries[0], turn)  # untimed: fills the keyring's caches
             r: dict[str, Any] = {"clear": [], "warm": [], "cold": [], "stages": []}
             for q in queries:
-                ms, truth = await timed(db, old_nearest, clear[n], q, turn)
+                ms, truth = await timed(db, sealer, old_nearest, clear[n], q, turn)
                 r["clear"].append(ms)
-                ms, got = await timed(db, new_nearest, sealed[n], q, turn)
+                ms, got = await timed(db, sealer, new_nearest, sealed[n], q, turn)
                 r["warm"].append(ms)
                 assert got == truth, f"sealed top-{TOP_K} {got} differs from the clear scan's {truth}"
-                r["stages"].append(await stages(db, sealed[n], q, turn))
+                r["stages"].append(await stages(db, sealer, sealed[n], q, turn))
             for q in queries:
-                db.seal_with(fresh())
-                ms, _ = await timed(db, new_nearest, sealed[n], q, turn)
+                ms, _ = await timed(db, fresh(), new_nearest, sealed[n], q, turn)
                 r["cold"].append(ms)
-            db.seal_with(sealer)
             r["blocks"] = blocks_ms(data[n], repeats, block)
             results[n] = r
     finally:

@@ -244,7 +244,6 @@ async def sealing_share(sessions: int, turns: int, max_tokens: int) -> None:
         ]
         tenants, services = [], []
         for db, sealer in zip(databases, sealers, strict=True):
-            db.seal_with(sealer)
             tenant_id = new_id("ten")
             async with db.transaction() as tx:
                 tx.add(Tenant(id=tenant_id, name="bench-" + tenant_id))

@@ -99,7 +99,7 @@ async def load(server: LetheServer, sessions: list[str], size: int, per_session:
     settings = Settings(_env_file=None, data_dir=server.data_dir)  # type: ignore[call-arg]
     db = Database(start_embedded_postgres(server.data_dir), pool_size=2)
     try:
-        db.seal_with(build_sealer(settings, db, TenantService(db)))
+        sealer = build_sealer(settings, db, TenantService(db))
         written = 0
         for session_id in sessions:
             async with db.transaction() as tx:
@@ -114,7 +114,7 @@ async def load(server: LetheServer, sessions: list[str], size: int, per_session:
                         turn=1, content=text, token_start=i * 64, token_ids=tokens, source_ids=[], committed=True,
                         meta={},
                     ))
-                await insert_artifacts(tx, rows)
+                await insert_artifacts(tx, sealer, rows)
                 written += len(rows)
     finally:
         await db.close()

@@ -232,14 +232,10 @@ def rewired(container: Any, **settings: Any) -> Any:
     handles and embedder): the settings → services wiring `lethe serve` uses, with a knob turned for a test."""
     from app.container import Container
 
-    built = Container(
+    return Container(
         settings=container.settings.model_copy(update=settings), db=container.db, metrics=container.metrics,
         engine=container.engine, tenants=container.tenants, handles=container.handles, embedder=container.embedder,
     )
-    # Building it bound its Sealer to the shared database's units of work (Database.seal_with): the live server's
-    # routes must keep opening session content with the server's own.
-    container.db.seal_with(container.sealer)
-    return built
 
 
 def sealer_of(server: Any, db: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 from sqlalchemy import text
@@ -41,27 +41,18 @@ class Database:
             self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False, hide_parameters=True,
             connect_args={"server_settings": {"application_name": APPLICATION_NAME}},
         )
-        # What every ORM unit of work carries (each copies it when it opens): the process's `Sealer`, which the
-        # artifact repositories open and seal session content with (`seal_with`, app/sessions/repositories/sealing.py).
-        self.session_info: dict[str, Any] = {}
-        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False, info=self.session_info)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
         self._single = async_sessionmaker(self.engine.execution_options(isolation_level="AUTOCOMMIT"),
-                                          expire_on_commit=False, info=self.session_info)
+                                          expire_on_commit=False)
         self._pg_url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._pg_size = pool_size
         self._pg: asyncpg.Pool | None = None
         self._pg_lock = asyncio.Lock()
         self.replicas = (
-            Replicas(replicas, APPLICATION_NAME, self.session_info) if replicas is not None and replicas.urls else None
+            Replicas(replicas, APPLICATION_NAME) if replicas is not None and replicas.urls else None
         )
         self.strict_forgets = strict_forgets
         self.metrics = metrics
-
-    def seal_with(self, sealer: object) -> None:
-        """Hand the process's `Sealer` (app/keys/content.py) to every unit of work opened from now on, on the primary
-        and on the replicas: session content is sealed and opened in the repositories that every service reaches
-        through a unit of work, so the composition root binds it once here rather than through every service."""
-        self.session_info["sealer"] = sealer
 
     @classmethod
     def from_settings(cls, url: str, settings: Settings, *, metrics: Metrics | None = None) -> Database:

@@ -114,12 +114,11 @@ class Replica:
     """One replica: an asyncpg pool for the hot path and a SQLAlchemy engine for ORM reads, both opened on first use
     and neither connecting before a read needs it (a replica that is down at start costs nothing)."""
 
-    def __init__(self, index: int, url: str, pool_size: int, application_name: str, info: dict[str, Any]) -> None:
+    def __init__(self, index: int, url: str, pool_size: int, application_name: str) -> None:
         self.label = str(index)  # metrics name replicas by position, never by URL (it may hold a password)
         self.orm_url = to_async_url(url)
         self._pool_size = pool_size
         self._application_name = application_name
-        self._info = info  # the primary's session info (Database.seal_with): a replica's reads open content alike
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._engine: AsyncEngine | None = None
@@ -153,7 +152,7 @@ class Replica:
                 connect_args={"timeout": CONNECT_TIMEOUT_S,
                               "server_settings": {"application_name": self._application_name}},
             )
-            self._sessions = async_sessionmaker(self._engine, expire_on_commit=False, info=self._info)
+            self._sessions = async_sessionmaker(self._engine, expire_on_commit=False)
         async with self._sessions() as session, session.begin():
             yield session, InSession(session), _NoMemo()
 
@@ -175,11 +174,10 @@ class Replica:
 
 
 class Replicas:
-    def __init__(self, config: ReplicaConfig, application_name: str, info: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: ReplicaConfig, application_name: str) -> None:
         self.config = config
         self.members = [
-            Replica(i, url, config.pool_size, application_name, {} if info is None else info)
-            for i, url in enumerate(config.urls)
+            Replica(i, url, config.pool_size, application_name) for i, url in enumerate(config.urls)
         ]
         self._next = 0
 

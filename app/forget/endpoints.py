@@ -80,8 +80,8 @@ async def list_forget_jobs(
     ] = None,
 ) -> ForgetJobList:
     views, next_cursor = await page_jobs(
-        container.db, principal.tenant_id, cursor=cursor, limit=limit, status=status, session_id=session_id,
-        where=where,
+        container.db, container.sealer, principal.tenant_id, cursor=cursor, limit=limit, status=status,
+        session_id=session_id, where=where,
     )
     return ForgetJobList(jobs=[job_out(v) for v in views], next_cursor=next_cursor)
 

@@ -51,6 +51,7 @@ from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_session, sessions_reached
 from app.holds import repository as holds_repo
 from app.holds.guard import session_hold
+from app.keys.content import Sealer
 from app.keys.errors import Tampered, Unavailable
 from app.memory.in_transaction import forget_in
 from app.memory.repositories import records as memory_repo
@@ -59,7 +60,6 @@ from app.runtime.routing import session_route
 from app.runtime.transition import Machinery
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories.artifacts import Retired
-from app.sessions.repositories.sealing import sealer_of
 from app.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -67,21 +67,12 @@ log = logging.getLogger(__name__)
 
 class ForgetExecutor:
     def __init__(
-        self,
-        db: Database,
-        engine: EngineSlot,
-        handles: SessionCaches,
-        sessions: SessionService,
-        metrics: Metrics,
-        embedder: Embedder,
-        policies: ForgetLookup,
-        *,
-        lock_timeout_s: float = 120.0,
-        replay_verify: bool = True,
-        horizon_s: int = DEFAULT_HORIZON_S,
-        shredder: Shredder | None = None,
+        self, db: Database, engine: EngineSlot, handles: SessionCaches, sessions: SessionService, metrics: Metrics,
+        embedder: Embedder, policies: ForgetLookup, *, sealer: Sealer, lock_timeout_s: float = 120.0,
+        replay_verify: bool = True, horizon_s: int = DEFAULT_HORIZON_S, shredder: Shredder | None = None,
     ) -> None:
         self.db = db
+        self.sealer = sealer  # the process's: the job's and the sessions' content is sealed and opened with it
         self.slot = engine
         self.handles = handles
         self.sessions = sessions
@@ -101,7 +92,7 @@ class ForgetExecutor:
         started = time.monotonic()
         try:
             async with self.db.transaction() as tx:
-                await jobs_repo.opened(tx, job)
+                await jobs_repo.opened(tx, self.sealer, job)
         except Unavailable:
             raise Retry("the key provider is unavailable") from None
         except Tampered:  # a ciphertext moved from another row, or a damaged cover: loud, and the queue goes on
@@ -117,7 +108,7 @@ class ForgetExecutor:
         held: Held | None = None
         try:
             async with self.db.transaction() as tx:
-                session_ids = await sessions_reached(tx, job.tenant_id, target) or []
+                session_ids = await sessions_reached(tx, self.sealer, job.tenant_id, target) or []
             for session_id in session_ids:
                 if not receipt.done(session_id):
                     try:
@@ -171,24 +162,30 @@ class ForgetExecutor:
         outputs = strategy.matches_outputs
         vector = None
         if target.query is not None:  # embedded before the lock: under it only the SQL similarity query runs
-            vector = await locate.embed_query(self.db, self.embedder, session_id, target.query, outputs=outputs)
+            vector = await locate.embed_query(
+                self.db, self.sealer, self.embedder, session_id, target.query, outputs=outputs
+            )
         try:
             async with self.sessions.leased(job.tenant_id, session_id, "forgetting", self.lock_timeout_s) as lease:
                 session = lease.row
                 async with lease.reads() as tx:
-                    if vector is not None and await locate.unembedded(tx, session_id, outputs=outputs):
+                    if vector is not None and await locate.unembedded(tx, self.sealer, session_id, outputs=outputs):
                         raise Retry(f"session {session_id} has new observations to embed")
-                    found = await locate.find(tx, session, target, vector)
+                    found = await locate.find(tx, self.sealer, session, target, vector)
                     if found is None:
                         return receipt  # not (or no longer) in this session: nothing to forget there
                     check_session(strategy, session, self.policies)
                     strategy.check(found.located)
                     similar: list[str] = []
                     if outputs and vector is not None:
-                        similar = await locate.similar(tx, session.id, vector, target.min_similarity, outputs=True)
+                        similar = await locate.similar(
+                            tx, self.sealer, session.id, vector, target.min_similarity, outputs=True
+                        )
                     checkpoints = await sessions_repo.checkpoints(tx, job.tenant_id, session_id)
                 policy = self.policies.of(session)
-                machinery = Machinery(self.slot.engine, self.handles, self.embedder, self.db, self.replay_verify)
+                machinery = Machinery(
+                    self.slot.engine, self.handles, self.embedder, self.db, self.sealer, self.replay_verify
+                )
                 work = SessionWork(
                     machinery, policy, session, found.rows, found.located, found.closure, checkpoints,
                     provided=dict(receipt.provided), similar=similar,
@@ -205,7 +202,7 @@ class ForgetExecutor:
                     if (standing := await session_hold(InSession(tx), job.tenant_id, session_id)) is not None:
                         raise Held(standing.id, {"session_id": session_id})
                     entry, retired = await swap_in(
-                        tx, locked, found, change, policy.forget, Yardstick.of(self.slot.engine)
+                        tx, self.sealer, locked, found, change, policy.forget, Yardstick.of(self.slot.engine)
                     )
                     entry = entry.model_copy(update={"exactness": self.slot.engine.exactness})
                     derived = []
@@ -228,7 +225,7 @@ class ForgetExecutor:
                     })
                     if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                         raise LeaseLost(job.id)
-                    await jobs_repo.save_receipt(tx, owned, updated.stored())
+                    await jobs_repo.save_receipt(tx, self.sealer, owned, updated.stored())
                     # With the swap: a copy of the session taken after this commit holds only ciphertext under them.
                     await jobs_repo.add_shred_leaves(tx, job.id, retired.leaves)
         except SessionBusy:
@@ -263,7 +260,7 @@ class ForgetExecutor:
         for namespace, key in records:
             # No shredder: this transaction commits later, with the session; the forget worker's sweep shreds then.
             cascade = JobCascade(
-                "selective_replay", f"derived from what {job.id} forgot", sealer=sealer_of(tx),
+                "selective_replay", f"derived from what {job.id} forgot", sealer=self.sealer,
                 on_finished=self._finished_at_once, horizon_s=self.horizon_s,
             )
             outcome, _ = await forget_in(InSession(tx), cascade, job.tenant_id, namespace, key, source="cascade")
@@ -303,7 +300,7 @@ class ForgetExecutor:
                 tx, job.id, status=status, target=clear_target(job.target), receipt=final.stored(), error=error,
                 finished_at=datetime.now(UTC),
             )
-            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+            row = await jobs_repo.get(tx, self.sealer, job.tenant_id, job.id)
         assert row is not None
         duration_ms = final.duration_ms or 0
         self.metrics.job_finished(strategy, status, duration_ms)
@@ -321,7 +318,7 @@ class ForgetExecutor:
         if self.shredder is None:
             return False
         async with self.db.transaction() as tx:
-            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+            row = await jobs_repo.get(tx, self.sealer, job.tenant_id, job.id)
         if row is not None and row.shred_leaves and row.shredded_at is None:
             return await self.shredder.settle(row.tenant_id, row.id, list(row.shred_leaves))
         return True
@@ -338,8 +335,8 @@ class ForgetExecutor:
         async with self.db.transaction() as tx:
             if (owned := await jobs_repo.lock_owned(tx, job.id, owner)) is None:
                 raise LeaseLost(job.id)
-            await jobs_repo.park(tx, owned, parked.stored())
-            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+            await jobs_repo.park(tx, self.sealer, owned, parked.stored())
+            row = await jobs_repo.get(tx, self.sealer, job.tenant_id, job.id)
         assert row is not None
         log.info("forget job needs input", extra={"forget_id": job.id})
         return view_of(row)
@@ -356,10 +353,10 @@ class ForgetExecutor:
             standing = await holds_repo.get(InSession(tx), job.tenant_id, held.hold_id, for_update=True)
             if standing is None or standing.released_at is not None:
                 raise Retry(f"hold {held.hold_id} was released meanwhile")
-            await held_repo.hold(tx, owned, waiting.stored(), held.hold_id)
+            await held_repo.hold(tx, self.sealer, owned, waiting.stored(), held.hold_id)
             await holds_repo.event(InSession(tx), job.tenant_id, held.hold_id, "deferred", None,
                                    {"forget_id": job.id, **held.scope})
-            row = await jobs_repo.get(tx, job.tenant_id, job.id)
+            row = await jobs_repo.get(tx, self.sealer, job.tenant_id, job.id)
         assert row is not None
         log.info("forget job held", extra={"forget_id": job.id, "hold_id": held.hold_id})
         return view_of(row)

@@ -28,6 +28,7 @@ from app.db.models import AgentSession, Artifact
 from app.embeddings import Embedder
 from app.forget.closure import ClosureEntry, closure_of
 from app.forget.repositories.sealing import clear_target
+from app.keys.content import Sealer
 from app.runtime.blocks import MODEL_KINDS, ROLE_OF
 from app.runtime.retrieval import embed_rows
 from app.sessions.repositories import artifact_search as search_repo
@@ -201,50 +202,55 @@ class Found:
 
 
 async def embed_query(
-    db: Database, embedder: Embedder, session_id: str, query: str, *, outputs: bool = False
+    db: Database, sealer: Sealer, embedder: Embedder, session_id: str, query: str, *, outputs: bool = False
 ) -> list[float]:
     """The query's vector, once every observation of the session (model outputs too with `outputs`) has one: run
     before the session is locked, so the lock is never held while the embedder works."""
     excluded = _excluded(outputs)
     [vector] = await embed_rows(
-        db, embedder, lambda tx: search_repo.unembedded_observations(tx, session_id, excluded), query
+        db, sealer, embedder, lambda tx: search_repo.unembedded_observations(tx, sealer, session_id, excluded), query
     )
     return vector
 
 
-async def embed_observations(db: Database, embedder: Embedder, session_id: str, *, outputs: bool = False) -> None:
+async def embed_observations(
+    db: Database, sealer: Sealer, embedder: Embedder, session_id: str, *, outputs: bool = False
+) -> None:
     """Embed every observation of the session (model outputs too with `outputs`) that has no vector yet, so `similar`
     sees all of them: for a caller that embedded its query once for many sessions (a subject's `also.query`)."""
     excluded = _excluded(outputs)
-    await embed_rows(db, embedder, lambda tx: search_repo.unembedded_observations(tx, session_id, excluded))
+    await embed_rows(
+        db, sealer, embedder, lambda tx: search_repo.unembedded_observations(tx, sealer, session_id, excluded)
+    )
 
 
 async def similar(
-    tx: AsyncSession, session_id: str, vector: list[float], min_similarity: float | None, *, outputs: bool = False
+    tx: AsyncSession, sealer: Sealer, session_id: str, vector: list[float], min_similarity: float | None, *,
+    outputs: bool = False,
 ) -> list[str]:
     """pgvector similarity over the session's observations (model outputs too with `outputs`) to an embedded query."""
     threshold = DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity
-    return await search_repo.similar_observations(tx, session_id, vector, threshold, _excluded(outputs))
+    return await search_repo.similar_observations(tx, sealer, session_id, vector, threshold, _excluded(outputs))
 
 
-async def unembedded(tx: AsyncSession, session_id: str, *, outputs: bool = False) -> bool:
+async def unembedded(tx: AsyncSession, sealer: Sealer, session_id: str, *, outputs: bool = False) -> bool:
     """Whether an observation arrived, since the query was embedded, that a similarity query cannot see yet."""
-    return bool(await search_repo.unembedded_observations(tx, session_id, _excluded(outputs)))
+    return bool(await search_repo.unembedded_observations(tx, sealer, session_id, _excluded(outputs)))
 
 
 async def find(
-    tx: AsyncSession, session: AgentSession, target: Target, query_vector: list[float] | None = None
+    tx: AsyncSession, sealer: Sealer, session: AgentSession, target: Target, query_vector: list[float] | None = None
 ) -> Found | None:
     """Where `target` sits in `session` and its closure; None when it is not there. A query target needs its
     `query_vector` (embed_query)."""
     matches: list[str] = []
     if target.query is not None:
         assert query_vector is not None, "a query target is embedded before the session is read"
-        matches = await similar(tx, session.id, query_vector, target.min_similarity)
+        matches = await similar(tx, sealer, session.id, query_vector, target.min_similarity)
     elif target.keyword is not None:
         kinds = [k for k in ROLE_OF if k not in ("system", "instruction")]
-        matches = await search_repo.keyword_matches(tx, session.id, target.keyword, kinds)
-    rows = await artifacts_repo.list_all(tx, session.tenant_id, session.id)
+        matches = await search_repo.keyword_matches(tx, sealer, session.id, target.keyword, kinds)
+    rows = await artifacts_repo.list_all(tx, sealer, session.tenant_id, session.id)
     located = locate_in(target, rows, matches)
     if located is None:
         return None

@@ -22,11 +22,12 @@ from app.forget.state_swap import session_entry
 from app.forget.strategies import ForgetStrategy
 from app.forget.target_sessions import check_session
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.sessions.repositories import sessions as sessions_repo
 
 
 async def plan(
-    db: Database, embedder: Embedder, tenant_id: str, target: Target, strategy: ForgetStrategy,
+    db: Database, sealer: Sealer, embedder: Embedder, tenant_id: str, target: Target, strategy: ForgetStrategy,
     session_ids: Sequence[str], reason: str | None, policies: ForgetLookup, yardstick: Yardstick,
 ) -> JobView:
     """The dry run of forgetting `target` with `strategy` in `session_ids`, its costs measured with `yardstick`."""
@@ -34,12 +35,12 @@ async def plan(
     for session_id in session_ids:
         vector = None
         if target.query is not None:
-            vector = await locate.embed_query(db, embedder, session_id, target.query)
+            vector = await locate.embed_query(db, sealer, embedder, session_id, target.query)
         async with db.transaction() as tx:
-            session = await sessions_repo.get(tx, tenant_id, session_id)
+            session = await sessions_repo.get(tx, sealer, tenant_id, session_id)
             if session is None:
                 continue
-            found = await locate.find(tx, session, target, vector)
+            found = await locate.find(tx, sealer, session, target, vector)
             if found is None:
                 continue
             check_session(strategy, session, policies)

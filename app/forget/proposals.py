@@ -28,6 +28,7 @@ from app.forget.receipts import JobReceipt
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.strategies import STRATEGIES
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.runtime.blocks import MODEL_KINDS, Observation
 from app.sessions.repositories import artifact_search as search_repo
 from app.sessions.repositories import artifacts as artifacts_repo
@@ -50,32 +51,32 @@ def deletion_request(observations: Sequence[Observation], *, generate: bool) -> 
 
 
 async def propose(
-    db: Database, embedder: Embedder, tenant_id: str, session_id: str, request: DeletionRequest,
+    db: Database, sealer: Sealer, embedder: Embedder, tenant_id: str, session_id: str, request: DeletionRequest,
     policies: ForgetLookup, yardstick: Yardstick,
 ) -> Proposal:
     """Match M for `request` in the session, plan its forget (its costs measured with `yardstick`) and store the
     plan as a `planned` job."""
     async with db.transaction() as tx:
-        if await sessions_repo.get(tx, tenant_id, session_id) is None:
+        if await sessions_repo.get(tx, sealer, tenant_id, session_id) is None:
             raise NotFound(f"no session {session_id!r}")
     vector = None
     if request.how == "meaning":  # embedded in its own transactions, not while the session is read
-        vector = await locate.embed_query(db, embedder, session_id, request.what)
+        vector = await locate.embed_query(db, sealer, embedder, session_id, request.what)
     async with db.transaction() as tx:
-        session = await sessions_repo.get(tx, tenant_id, session_id)
+        session = await sessions_repo.get(tx, sealer, tenant_id, session_id)
         if session is None:
             raise NotFound(f"no session {session_id!r}")
-        ids = await _match(tx, session, request, vector)
+        ids = await _match(tx, sealer, session, request, vector)
     if not ids:
         return Proposal(None, NOTHING_MATCHES)
     target = Target(session_id=session_id, artifact_ids=tuple(ids))
     strategy = STRATEGIES.named(DEFAULT_STRATEGY)
-    planned = await plan(db, embedder, tenant_id, target, strategy, [session_id], None, policies, yardstick)
+    planned = await plan(db, sealer, embedder, tenant_id, target, strategy, [session_id], None, policies, yardstick)
     if not planned.sessions:
         return Proposal(None, NOTHING_MATCHES)
     async with db.transaction() as tx:
         job = await jobs_repo.create(
-            tx, id=new_id("fgt"), tenant_id=tenant_id, status="planned", strategy=strategy.name,
+            tx, sealer, id=new_id("fgt"), tenant_id=tenant_id, status="planned", strategy=strategy.name,
             target=target.to_dict(), reason="requested in the session",
             receipt=JobReceipt(sessions=planned.sessions).stored(), attempts=0,
         )
@@ -90,12 +91,12 @@ async def propose(
 
 
 async def _match(
-    tx: AsyncSession, session: AgentSession, request: DeletionRequest, vector: list[float] | None
+    tx: AsyncSession, sealer: Sealer, session: AgentSession, request: DeletionRequest, vector: list[float] | None
 ) -> list[str]:
     """M for a request in plain words: the session's live messages it names (observations; the replies derived
     from them follow through the closure), in log order."""
     messages = [
-        a for a in await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+        a for a in await artifacts_repo.list_live(tx, sealer, session.tenant_id, session.id)
         if a.kind not in MODEL_KINDS and a.kind not in ("system", "instruction")
     ]
     if request.how == "id":
@@ -108,8 +109,8 @@ async def _match(
         return [a.id for a in messages if request.what in a.content]
     if request.how == "keyword":
         kinds = sorted({a.kind for a in messages})
-        return await search_repo.keyword_matches(tx, session.id, request.what, kinds) if kinds else []
+        return await search_repo.keyword_matches(tx, sealer, session.id, request.what, kinds) if kinds else []
     assert vector is not None
-    similar = set(await locate.similar(tx, session.id, vector, MEANING_SIMILARITY))
+    similar = set(await locate.similar(tx, sealer, session.id, vector, MEANING_SIMILARITY))
     wanted = request.what.casefold()
     return [a.id for a in messages if a.id in similar or wanted in a.content.casefold()]

@@ -156,7 +156,8 @@ class _Regeneration:
         query = await self._query_vector(own)
         async with self.work.m.db.transaction() as tx:
             return await retrieval.retrieve(
-                tx, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed), fresh=self.fresh,
+                tx, self.work.m.sealer, self.work.session.id, query, self.params, turn, exclude=sorted(self.changed),
+                fresh=self.fresh,
             )
 
     async def _query_vector(self, own: Sequence[_Final]) -> list[float]:

@@ -35,6 +35,7 @@ from app.forget.strategies import STRATEGIES, ForgetStrategy
 from app.forget.target_sessions import check_target, sessions_reached
 from app.holds.guard import refuse_namespace, refuse_session
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.memory.service import MemoryService
 from app.runtime.blocks import Observation
 
@@ -43,11 +44,12 @@ WAIT_POLL_S = 1.0  # how often a waiter looks anyway (a lost notification costs 
 
 class ForgetService:
     def __init__(
-        self, db: Database, engine: EngineSlot, embedder: Embedder, policies: ForgetLookup, *, wait_s: float = 60.0,
-        wake: asyncio.Event | None = None, events: JobEvents | None = None, shredder: Shredder,
+        self, db: Database, engine: EngineSlot, embedder: Embedder, policies: ForgetLookup, *, sealer: Sealer,
+        wait_s: float = 60.0, wake: asyncio.Event | None = None, events: JobEvents | None = None, shredder: Shredder,
         horizon_s: int = DEFAULT_HORIZON_S,
     ) -> None:
         self.db = db
+        self.sealer = sealer  # a job's target, reason and receipt are sealed with it (app/forget/repositories)
         self.shredder = shredder  # a memory target's forget shreds its leaves as a memory DELETE does
         self.horizon_s = horizon_s
         self.slot = engine
@@ -64,22 +66,22 @@ class ForgetService:
         target = Target.from_dict(request.target)
         strategy = STRATEGIES.named(request.strategy or DEFAULT_STRATEGY)
         async with self.db.transaction() as tx:
-            session_ids = await sessions_reached(tx, tenant_id, target)
+            session_ids = await sessions_reached(tx, self.sealer, tenant_id, target)
         if session_ids is None:  # an artifact that no longer exists: a repeated forget answers the first one
             assert target.artifact_id is not None
             async with self.db.transaction() as tx:
-                earlier = await jobs_repo.succeeded_for_artifact(tx, tenant_id, target.artifact_id)
+                earlier = await jobs_repo.succeeded_for_artifact(tx, self.sealer, tenant_id, target.artifact_id)
             if earlier is None:
                 raise NotFound(f"no artifact {target.artifact_id!r}")
             return view_of(earlier)
         if request.dry_run:
             return await planner.plan(
-                self.db, self.embedder, tenant_id, target, strategy, session_ids, request.reason, self.policies,
-                Yardstick.of(self.slot.engine),
+                self.db, self.sealer, self.embedder, tenant_id, target, strategy, session_ids, request.reason,
+                self.policies, Yardstick.of(self.slot.engine),
             )
         await self._check(tenant_id, target, strategy, session_ids)
         if request.shred_now:  # refused now, with nothing queued, rather than a job that cannot end
-            await self.shredder.sealer.reachable(tenant_id)
+            await self.sealer.reachable(tenant_id)
         job_id = await self._enqueue(tenant_id, target, strategy, request.reason, shred_now=request.shred_now)
         self.notify()
         if request.wait:
@@ -94,7 +96,8 @@ class ForgetService:
         if request is None:
             return None
         return await proposals.propose(
-            self.db, self.embedder, tenant_id, session_id, request, self.policies, Yardstick.of(self.slot.engine)
+            self.db, self.sealer, self.embedder, tenant_id, session_id, request, self.policies,
+            Yardstick.of(self.slot.engine),
         )
 
     async def confirm(self, tenant_id: str, request: Submission) -> JobView:
@@ -102,7 +105,7 @@ class ForgetService:
         already confirmed answers its job as it stands, so a retried confirmation runs nothing twice."""
         assert request.plan_id is not None
         async with self.db.transaction() as tx:
-            job = await jobs_repo.get(tx, tenant_id, request.plan_id, for_update=True)
+            job = await jobs_repo.get(tx, self.sealer, tenant_id, request.plan_id, for_update=True)
             if job is None:
                 raise NotFound(f"no forget plan {request.plan_id!r}")
             target = Target.from_dict(job.target)
@@ -112,16 +115,16 @@ class ForgetService:
                 raise Conflict(f"forget plan {request.plan_id!r} was already confirmed")
             assert target.session_id is not None
             return await planner.plan(
-                self.db, self.embedder, tenant_id, target, strategy, [target.session_id], request.reason, self.policies,
-                Yardstick.of(self.slot.engine),
+                self.db, self.sealer, self.embedder, tenant_id, target, strategy, [target.session_id],
+                request.reason, self.policies, Yardstick.of(self.slot.engine),
             )
         if job.status == "planned":
             await self.validate(tenant_id, target, strategy)
             if request.shred_now:
-                await self.shredder.sealer.reachable(tenant_id)
+                await self.sealer.reachable(tenant_id)
             async with self.db.transaction() as tx:
                 confirmed = await jobs_repo.confirm_plan(
-                    tx, job, strategy.name, request.reason or job.reason, shred_now=request.shred_now
+                    tx, self.sealer, job, strategy.name, request.reason or job.reason, shred_now=request.shred_now
                 )
             if confirmed:
                 self.notify()
@@ -131,7 +134,7 @@ class ForgetService:
 
     async def get(self, tenant_id: str, job_id: str) -> JobView:
         async with self.db.transaction() as tx:
-            job = await jobs_repo.get(tx, tenant_id, job_id)
+            job = await jobs_repo.get(tx, self.sealer, tenant_id, job_id)
         if job is None:
             raise NotFound(f"no forget job {job_id!r}")
         return view_of(job)
@@ -153,7 +156,7 @@ class ForgetService:
     async def provide(self, tenant_id: str, job_id: str, tool_call_id: str, content: str) -> JobView:
         """The client's result for the call a needs_input job waits on; the job is queued again."""
         async with self.db.transaction() as tx:
-            job = await jobs_repo.get(tx, tenant_id, job_id, for_update=True)
+            job = await jobs_repo.get(tx, self.sealer, tenant_id, job_id, for_update=True)
             if job is None:
                 raise NotFound(f"no forget job {job_id!r}")
             receipt = JobReceipt.load(job.receipt)
@@ -164,10 +167,10 @@ class ForgetService:
                 raise InvalidRequest(f"the job waits for tool call {waits_for!r}")
             provided = {**receipt.provided, tool_call_id: content}
             resumed = receipt.model_copy(update={"provided": provided, "pending": None})
-            await jobs_repo.requeue_with(tx, job, resumed.stored())
+            await jobs_repo.requeue_with(tx, self.sealer, job, resumed.stored())
             # The answer is the job as this request left it (queued), read before any worker is woken: read after,
             # it would say whatever a worker had made of it meanwhile.
-            requeued = await jobs_repo.get(tx, tenant_id, job_id)
+            requeued = await jobs_repo.get(tx, self.sealer, tenant_id, job_id)
             assert requeued is not None  # locked above
             view = view_of(requeued)
         self.notify()
@@ -176,7 +179,7 @@ class ForgetService:
     async def validate(self, tenant_id: str, target: Target, strategy: ForgetStrategy) -> None:
         """What `submit` checks before queueing, for callers that queue themselves (404, 422, 503)."""
         async with self.db.transaction() as tx:
-            session_ids = await sessions_reached(tx, tenant_id, target)
+            session_ids = await sessions_reached(tx, self.sealer, tenant_id, target)
         if session_ids is None:
             raise NotFound(f"no artifact {target.artifact_id!r}")
         await self._check(tenant_id, target, strategy, session_ids)
@@ -188,7 +191,7 @@ class ForgetService:
         """Queue a job in the caller's transaction (a webhook records its delivery in the same one). `priority`: its
         engine work's (a detector webhook's job: DETECTOR; app/engine/priority.py)."""
         job = await jobs_repo.create(
-            tx, id=new_id("fgt"), tenant_id=tenant_id, status="queued", strategy=strategy.name,
+            tx, self.sealer, id=new_id("fgt"), tenant_id=tenant_id, status="queued", strategy=strategy.name,
             target=target.to_dict(), reason=reason, receipt=(receipt or JobReceipt()).stored(), attempts=0,
             priority=int(priority), shred_now=shred_now,
         )
@@ -204,7 +207,7 @@ class ForgetService:
         if strategy.replays and session_ids and not await self.slot.available():
             raise NotReady("the model is not loaded yet", headers={"Retry-After": "5"})
         async with self.db.transaction() as tx:
-            await check_target(tx, tenant_id, target, strategy, session_ids, self.policies)
+            await check_target(tx, self.sealer, tenant_id, target, strategy, session_ids, self.policies)
             # A legal hold over what the job would erase refuses it now (409); a job queued before the hold waits on
             # it (app/forget/executor.py).
             if target.namespace is not None:
@@ -220,9 +223,9 @@ class ForgetService:
         if target.namespace is not None and strategy.forgets_memory:
             assert target.key is not None
             cascade = JobCascade(
-                strategy.name, reason, sealer=self.shredder.sealer, shredder=self.shredder, horizon_s=self.horizon_s
+                strategy.name, reason, sealer=self.sealer, shredder=self.shredder, horizon_s=self.horizon_s
             )
-            memory = MemoryService(self.db, self.shredder.sealer, cascade=cascade)
+            memory = MemoryService(self.db, self.sealer, cascade=cascade)
             outcome = await memory.forget(tenant_id, target.namespace, target.key, shred_now=shred_now)
             if outcome.forget_id is not None:
                 return outcome.forget_id

@@ -43,7 +43,7 @@ class SessionWork:
         if not self.session.tools:
             return None
         async with self.m.db.transaction() as tx:
-            _, env = await tools_repo.environment(tx, self.session.id, before_turn=turn)
+            _, env = await tools_repo.environment(tx, self.m.sealer, self.session.id, before_turn=turn)
             fired = await tools_repo.fired(tx, self.session.id)
         recorded = {
             str(r.meta["tool_call_id"]): r.content

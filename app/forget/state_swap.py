@@ -20,6 +20,7 @@ from app.forget.receipts import RestorePoint, SessionEntry, TokenCounts, TraceEn
 from app.forget.replay import Rebuilt
 from app.forget.repositories.swap import InPlace, Swapped, record_swap, rewrite_in_place
 from app.forget.session_work import Change
+from app.keys.content import Sealer
 from app.runtime.writes import write_step
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
@@ -43,7 +44,8 @@ def session_entry(
 
 
 async def swap_in(
-    tx: AsyncSession, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy, yardstick: Yardstick
+    tx: AsyncSession, sealer: Sealer, session: AgentSession, found: Found, change: Change, policy: ForgetPolicy,
+    yardstick: Yardstick,
 ) -> tuple[SessionEntry, Retired]:
     """Write `change` in the session's transaction and return the session's receipt entry, its costs measured with
     the engine's `yardstick`, and what the swap retired from the store (leaves to shred once it committed)."""
@@ -72,17 +74,17 @@ async def swap_in(
     if isinstance(change, Rebuilt):
         retired = await clear_suffix(tx, session.id, change.from_turn)
         for rebuilt in change.steps:  # the turn's own writer, transition by transition
-            await write_step(tx, session.id, rebuilt)
+            await write_step(tx, sealer, session.id, rebuilt)
         if session.tools:
             await tools_repo.link_checkpoints(tx, session.id, max(0, change.from_turn - 1))
     else:
-        retired = await rewrite_in_place(tx, session.id, InPlace(
+        retired = await rewrite_in_place(tx, sealer, session.id, InPlace(
             deleted=change.deleted, updated=change.updated, inserted=change.inserted, edges=change.edges,
             first_turn=change.first_turn,
         ))
     swapped = Swapped(epoch, turns, change.token_count, change.system_prompt)
-    retired = retired.add(await record_swap(tx, session, swapped))  # a rewritten system prompt's old leaf
-    after = await artifacts_repo.list_live(tx, session.tenant_id, session.id)
+    retired = retired.add(await record_swap(tx, sealer, session, swapped))  # a rewritten system prompt's old leaf
+    after = await artifacts_repo.list_live(tx, sealer, session.tenant_id, session.id)
     if policy.rotates_salt(log_before, [t for r in after for t in r.token_ids]):
         # The forgotten blocks stay in vLLM's prefix cache until evicted: no request of this session may reach them.
         await sessions_repo.bump_cache_generation(tx, session.id)

@@ -32,6 +32,7 @@ from app.forget.proposals import Proposal
 from app.forget.schemas import job_out
 from app.forget.service import ForgetService
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter, ModelNotFound
 from app.openai_compat.items import message_text
@@ -107,8 +108,11 @@ def digest(tools: list[dict[str, Any]], messages: list[Canonical]) -> str:
 
 
 class ChatService:
-    def __init__(self, db: Database, engine: EngineSlot, sessions: SessionService, forget: ForgetService) -> None:
+    def __init__(
+        self, db: Database, engine: EngineSlot, sessions: SessionService, forget: ForgetService, *, sealer: Sealer
+    ) -> None:
         self.db = db
+        self.sealer = sealer
         self.engine = engine
         self.sessions = sessions
         self.forget = forget
@@ -147,7 +151,7 @@ class ChatService:
         if last >= 0:
             async with self.db.transaction() as tx:
                 head = await repo.head(tx, tenant_id, digest(tools, prefix))
-                session = None if head is None else await sessions_repo.get(tx, tenant_id, head.session_id)
+                session = None if head is None else await sessions_repo.get(tx, self.sealer, tenant_id, head.session_id)
             if head is None or session is None or session.epoch != head.epoch or session.turns != head.turn:
                 raise BadParameter(
                     "messages", "this history ends in an assistant message that no session of yours holds (forgotten, "

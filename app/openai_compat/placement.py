@@ -26,6 +26,7 @@ from app.db.models import AgentSession
 from app.db.statements import InSession
 from app.errors import Conflict
 from app.holds import repository as holds_repo
+from app.keys.content import Sealer
 from app.openai_compat import history
 from app.openai_compat import repository as repo
 from app.openai_compat.errors import BadParameter
@@ -110,9 +111,9 @@ class Placer:
     ) -> Placement:
         held: list[history.Held] = []
         async with self.db.transaction() as tx:
-            session = await holder(tx, tenant_id, past)
+            session = await holder(tx, self.sessions.sealer, tenant_id, past)
             if session is not None:
-                held = history.held(await artifacts_repo.list_live(tx, tenant_id, session.id))
+                held = history.held(await artifacts_repo.list_live(tx, self.sessions.sealer, tenant_id, session.id))
         found = None if session is None else history.match(past, held)
         if session is None or found is None:
             at = past[-1].index
@@ -154,7 +155,7 @@ class Placer:
         )
         if conversation_id is not None:
             async with self.db.transaction() as tx:
-                conv = await repo.conversation(tx, tenant_id, conversation_id, for_update=True)
+                conv = await repo.conversation(tx, self.sessions.sealer, tenant_id, conversation_id, for_update=True)
                 moved = conv is None or conv.session_id != session.id
                 if not moved:
                     await repo.set_session(tx, conversation_id, fresh.row.id)
@@ -166,25 +167,32 @@ class Placer:
         return fresh.row.id
 
 
-async def holder(tx: AsyncSession, tenant_id: str, items: Sequence[history.Given]) -> AgentSession | None:
+async def holder(
+    tx: AsyncSession, sealer: Sealer, tenant_id: str, items: Sequence[history.Given]
+) -> AgentSession | None:
     """The session items came from: by an id they echo, else by the head digest of their content (history.py)."""
     anchor = history.anchor(items)
     if anchor is not None:
-        row = await artifacts_repo.find(tx, tenant_id, anchor)
-        return None if row is None else await sessions_repo.get(tx, tenant_id, row.session_id)
-    return await by_digest(tx, tenant_id, [g.canon for g in items])
+        row = await artifacts_repo.find(tx, sealer, tenant_id, anchor)
+        return None if row is None else await sessions_repo.get(tx, sealer, tenant_id, row.session_id)
+    return await by_digest(tx, sealer, tenant_id, [g.canon for g in items])
 
 
-async def by_digest(tx: AsyncSession, tenant_id: str, canons: Sequence[history.Canon | None]) -> AgentSession | None:
+async def by_digest(
+    tx: AsyncSession, sealer: Sealer, tenant_id: str, canons: Sequence[history.Canon | None]
+) -> AgentSession | None:
     key = history.digest(canons)
     head = None if key is None else await repo.head(tx, tenant_id, key)
-    session = None if head is None else await sessions_repo.get(tx, tenant_id, head.session_id)
+    session = None if head is None else await sessions_repo.get(tx, sealer, tenant_id, head.session_id)
     return session if session is not None and head is not None and session.epoch == head.epoch else None
 
 
-async def put_head(tx: AsyncSession, tenant_id: str, session_id: str, turn: int, epoch: int, reply_id: str) -> None:
+async def put_head(
+    tx: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str, turn: int, epoch: int, reply_id: str
+) -> None:
     """The head a response leaves: the digest of its session's items through its transition (history.py)."""
-    items = [h for h in history.held(await artifacts_repo.list_live(tx, tenant_id, session_id)) if h.turn <= turn]
+    live = await artifacts_repo.list_live(tx, sealer, tenant_id, session_id)
+    items = [h for h in history.held(live) if h.turn <= turn]
     key = history.digest([h.canon for h in items])
     if key is not None:
         await repo.put_head(tx, session_id=session_id, tenant_id=tenant_id, digest=key, reply_artifact_id=reply_id,

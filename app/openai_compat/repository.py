@@ -19,10 +19,11 @@ from app.db.legacy import LegacyJson
 from app.db.models import Artifact
 from app.db.openai_models import OpenAIChatHead, OpenAIConversation, OpenAIResponse
 from app.db.statements import Row
+from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.sealed import SealedColumn
-from app.sessions.repositories.sealing import open_artifacts, sealer_of
+from app.sessions.repositories.sealing import open_artifacts
 
 # Sealed rows: table → (the clear attribute, its sealed column). The leaf is the row's `leaf`.
 _SEALED: dict[type[Any], tuple[str, str]] = {
@@ -55,22 +56,21 @@ def _legacy(table: str, clear: str, sealed: str) -> LegacyJson:
 LEGACY = tuple(_legacy(model.__tablename__, clear, sealed) for model, (clear, sealed) in _SEALED.items())
 
 
-async def _seal(db: AsyncSession, row: Any, value: dict[str, Any], *, leaf: int | None = None) -> dict[str, Any]:
+async def _seal(sealer: Sealer, row: Any, value: dict[str, Any], *, leaf: int | None = None) -> dict[str, Any]:
     """The row's sealed columns for `value`: under `leaf`, or a fresh one of its session's stream."""
     clear, sealed = _SEALED[type(row)]
-    sealer = sealer_of(db)
     if leaf is None:
         leaf = await sealer.leaf(row.tenant_id, row.session_id)
     return {"leaf": leaf, sealed: await sealer.seal_json(leaf, _binding(row, clear), value), clear: None}
 
 
-async def _open(db: AsyncSession, row: Any) -> Any:
+async def _open(sealer: Sealer, row: Any) -> Any:
     """`row` with its client strings opened in place; a shredded leaf opens as empty (nothing of it is shown)."""
     clear, sealed = _SEALED[type(row)]
     ciphertext = getattr(row, sealed)
     if ciphertext is not None:
         try:
-            value = await sealer_of(db).open_json(_binding(row, clear), ciphertext)
+            value = await sealer.open_json(_binding(row, clear), ciphertext)
         except Erased:
             value = {}
         set_committed_value(row, clear, value)
@@ -79,7 +79,7 @@ async def _open(db: AsyncSession, row: Any) -> Any:
     return row
 
 
-async def add(db: AsyncSession, row: Any) -> None:
+async def add(db: AsyncSession, sealer: Sealer, row: Any) -> None:
     """Insert `row`; a conversation's metadata or a response's parameters are stored sealed (the object keeps them
     opened)."""
     if type(row) not in _SEALED:
@@ -88,22 +88,23 @@ async def add(db: AsyncSession, row: Any) -> None:
         return
     clear, _ = _SEALED[type(row)]
     value = dict(getattr(row, clear) or {})
-    for name, stored in (await _seal(db, row, value)).items():
+    for name, stored in (await _seal(sealer, row, value)).items():
         setattr(row, name, stored)
     db.add(row)
     await db.flush()
     set_committed_value(row, clear, value)
 
 
-async def conversation(db: AsyncSession, tenant_id: str, conversation_id: str, *, for_update: bool = False
-                       ) -> OpenAIConversation | None:
+async def conversation(
+    db: AsyncSession, sealer: Sealer, tenant_id: str, conversation_id: str, *, for_update: bool = False
+) -> OpenAIConversation | None:
     stmt = select(OpenAIConversation).where(
         OpenAIConversation.id == conversation_id, OpenAIConversation.tenant_id == tenant_id
     )
     if for_update:
         stmt = stmt.with_for_update()
     row = (await db.execute(stmt)).scalar_one_or_none()
-    return None if row is None else await _open(db, row)
+    return None if row is None else await _open(sealer, row)
 
 
 async def conversation_of_session(db: AsyncSession, session_id: str) -> str | None:
@@ -112,10 +113,10 @@ async def conversation_of_session(db: AsyncSession, session_id: str) -> str | No
     return (await db.execute(stmt)).scalar_one_or_none()
 
 
-async def set_metadata(db: AsyncSession, conv: OpenAIConversation, meta: dict[str, str]) -> None:
+async def set_metadata(db: AsyncSession, sealer: Sealer, conv: OpenAIConversation, meta: dict[str, str]) -> None:
     """New metadata, sealed under the conversation's leaf (a row from before migration 0021 takes a fresh one): an
     update is not a forget, and the leaf goes with the conversation's session when it is deleted."""
-    sealed = await _seal(db, conv, dict(meta), leaf=conv.leaf)
+    sealed = await _seal(sealer, conv, dict(meta), leaf=conv.leaf)
     await db.execute(update(OpenAIConversation).where(OpenAIConversation.id == conv.id).values(**sealed))
 
 
@@ -125,23 +126,23 @@ async def set_session(db: AsyncSession, conversation_id: str, session_id: str) -
     )
 
 
-async def response(db: AsyncSession, tenant_id: str, response_id: str) -> OpenAIResponse | None:
+async def response(db: AsyncSession, sealer: Sealer, tenant_id: str, response_id: str) -> OpenAIResponse | None:
     stmt = select(OpenAIResponse).where(OpenAIResponse.id == response_id, OpenAIResponse.tenant_id == tenant_id)
     row = (await db.execute(stmt)).scalar_one_or_none()
-    return None if row is None else await _open(db, row)
+    return None if row is None else await _open(sealer, row)
 
 
-async def at_turn(db: AsyncSession, session_id: str, turn: int) -> list[Artifact]:
+async def at_turn(db: AsyncSession, sealer: Sealer, session_id: str, turn: int) -> list[Artifact]:
     """A transition's artifacts (archived ones too: a compaction later does not change what a response was)."""
     stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.turn == turn).order_by(Artifact.position)
-    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))
 
 
-async def artifacts(db: AsyncSession, session_id: str, ids: Sequence[str]) -> list[Artifact]:
+async def artifacts(db: AsyncSession, sealer: Sealer, session_id: str, ids: Sequence[str]) -> list[Artifact]:
     if not ids:
         return []
     stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_(list(ids)))
-    return await open_artifacts(db, list((await db.execute(stmt.order_by(Artifact.position))).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt.order_by(Artifact.position))).scalars()))
 
 
 async def head(db: AsyncSession, tenant_id: str, digest: str) -> OpenAIChatHead | None:

@@ -43,6 +43,7 @@ from app.forget.service import ForgetService
 from app.forget.strategies import STRATEGIES
 from app.holds import repository as holds_repo
 from app.ids import has_prefix, new_id
+from app.keys.content import Sealer
 from app.openai_compat import history
 from app.openai_compat import repository as repo
 from app.openai_compat.compatibility import check_include
@@ -68,8 +69,11 @@ class Deleted:
 
 
 class CompatService:
-    def __init__(self, db: Database, engine: EngineSlot, sessions: SessionService, forget: ForgetService) -> None:
+    def __init__(
+        self, db: Database, engine: EngineSlot, sessions: SessionService, forget: ForgetService, *, sealer: Sealer
+    ) -> None:
         self.db = db
+        self.sealer = sealer  # conversations' metadata, responses' parameters and the sessions' content
         self.engine = engine
         self.sessions = sessions
         self.forget = forget
@@ -91,8 +95,8 @@ class CompatService:
     async def _conversation(self, tenant_id: str, conversation_id: str) -> tuple[OpenAIConversation, AgentSession]:
         require_id(conversation_id, "conv", "conversation")
         async with self.db.transaction() as tx:
-            conv = await repo.conversation(tx, tenant_id, conversation_id)
-            session = None if conv is None else await sessions_repo.get(tx, tenant_id, conv.session_id)
+            conv = await repo.conversation(tx, self.sealer, tenant_id, conversation_id)
+            session = None if conv is None else await sessions_repo.get(tx, self.sealer, tenant_id, conv.session_id)
         if conv is None or session is None:
             raise NotFound(f"no conversation {conversation_id!r}")
         return conv, session
@@ -116,7 +120,7 @@ class CompatService:
                 await self.sessions.turn(tenant_id, view.row.id, observed, generate=False)
             async with self.db.transaction() as tx:
                 conv = OpenAIConversation(id=new_id("conv"), tenant_id=tenant_id, session_id=view.row.id, meta=metadata)
-                await repo.add(tx, conv)
+                await repo.add(tx, self.sealer, conv)
         except BaseException:
             await self.sessions.delete(tenant_id, view.row.id)
             raise
@@ -131,7 +135,7 @@ class CompatService:
     ) -> dict[str, Any]:
         conv, _ = await self._conversation(tenant_id, conversation_id)
         async with self.db.transaction() as tx:
-            await repo.set_metadata(tx, conv, metadata)
+            await repo.set_metadata(tx, self.sealer, conv, metadata)
         conv.meta = metadata
         return self._conversation_out(conv)
 
@@ -148,7 +152,7 @@ class CompatService:
     ) -> dict[str, Any]:
         _, session = await self._conversation(tenant_id, conversation_id)
         async with self.db.transaction() as tx:
-            rows = await artifacts_repo.list_live(tx, tenant_id, session.id)
+            rows = await artifacts_repo.list_live(tx, self.sealer, tenant_id, session.id)
         return page(items_of(rows), after=after, limit=limit, order=order)
 
     async def input_items(
@@ -157,14 +161,14 @@ class CompatService:
         """A response's input: its transition's observations as they are now (a forgotten one is gone)."""
         row = await self._response_row(tenant_id, response_id)
         async with self.db.transaction() as tx:
-            arts = await repo.at_turn(tx, row.session_id, row.turn)
+            arts = await repo.at_turn(tx, self.sealer, row.session_id, row.turn)
         inputs = [a for a in arts if a.kind in ("user", "document", "tool_result") and not (a.meta or {}).get("server")]
         return page([i for a in inputs if (i := item_of(a)) is not None], after=after, limit=limit, order=order)
 
     async def _item_row(self, tenant_id: str, session: AgentSession, item_id: str) -> Artifact:
         require_id(item_id, "art", "item")
         async with self.db.transaction() as tx:
-            row = await artifacts_repo.find(tx, tenant_id, item_id)
+            row = await artifacts_repo.find(tx, self.sealer, tenant_id, item_id)
         if row is None or row.session_id != session.id or row.kind not in ITEM_KINDS or row.archived_by is not None:
             raise NotFound(f"no item {item_id!r} in this conversation")
         return row
@@ -184,7 +188,7 @@ class CompatService:
         else:
             result = await self.sessions.turn(tenant_id, session.id, observations(items, "items"), generate=False)
             async with self.db.transaction() as tx:
-                rows = await repo.artifacts(tx, session.id, result.input_ids)
+                rows = await repo.artifacts(tx, self.sealer, session.id, result.input_ids)
             data = items_of(rows)
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": False}
@@ -195,16 +199,17 @@ class CompatService:
         """Model items added to a conversation: already its newest items, or a response's output whose session the
         conversation adopts (module docstring); 400 otherwise."""
         async with self.db.transaction() as tx:
-            current = history.held(await artifacts_repo.list_live(tx, tenant_id, session.id))
+            current = history.held(await artifacts_repo.list_live(tx, self.sealer, tenant_id, session.id))
             if history.anchor(given) is not None:
-                other = await holder(tx, tenant_id, given)
+                other = await holder(tx, self.sealer, tenant_id, given)
             else:
-                other = await by_digest(tx, tenant_id, [h.canon for h in current] + [g.canon for g in given])
+                canons = [h.canon for h in current] + [g.canon for g in given]
+                other = await by_digest(tx, self.sealer, tenant_id, canons)
             if other is not None and (other.id == session.id
                                       or await repo.conversation_of_session(tx, other.id) is not None):
                 other = None
             other_items = [] if other is None else history.held(
-                await artifacts_repo.list_live(tx, tenant_id, other.id))
+                await artifacts_repo.list_live(tx, self.sealer, tenant_id, other.id))
         tail = history.tail_of(given, current)
         if tail is not None:
             return [h.item for h in tail]
@@ -217,7 +222,7 @@ class CompatService:
                 "items (a response's output, with the ids it was given)",
             )
         async with self.db.transaction() as tx:
-            locked = await repo.conversation(tx, tenant_id, conv.id, for_update=True)
+            locked = await repo.conversation(tx, self.sealer, tenant_id, conv.id, for_update=True)
             if locked is None or locked.session_id != session.id:
                 raise Conflict("the conversation changed under this request; retry")
             await repo.set_session(tx, conv.id, other.id)
@@ -263,7 +268,7 @@ class CompatService:
         elif body.previous_response_id is not None:
             row = await self._response_row(tenant_id, body.previous_response_id, "previous_response_id")
             async with self.db.transaction() as tx:
-                found = await sessions_repo.get(tx, tenant_id, row.session_id)
+                found = await sessions_repo.get(tx, self.sealer, tenant_id, row.session_id)
             if found is None:
                 raise NotFound(f"no response {body.previous_response_id!r}", param="previous_response_id")
             previous = (found, row.turn, row.conversation_id)
@@ -291,8 +296,8 @@ class CompatService:
                 """The response row, in the transition's own commit: no response without its transition."""
                 usage = result.usage
                 if result.reply_id is not None:
-                    await put_head(tx, tenant_id, session_id, result.turn, result.epoch, result.reply_id)
-                await repo.add(tx, OpenAIResponse(
+                    await put_head(tx, self.sealer, tenant_id, session_id, result.turn, result.epoch, result.reply_id)
+                await repo.add(tx, self.sealer, OpenAIResponse(
                     id=response_id, tenant_id=tenant_id, session_id=session_id, conversation_id=placed.conversation_id,
                     turn=result.turn, previous_response_id=body.previous_response_id, params=params,
                     usage={"input_tokens": usage.prompt_tokens, "cached_tokens": usage.reused_tokens,
@@ -329,10 +334,10 @@ class CompatService:
         plan = {"reply": proposal.reply, "reply_id": reply_id,
                 "forget_id": None if proposal.plan is None else proposal.plan.id}
         async with self.db.transaction() as tx:
-            session = await sessions_repo.get(tx, tenant_id, session_id)
+            session = await sessions_repo.get(tx, self.sealer, tenant_id, session_id)
             if session is None:
                 return plan_response(response_id, plan, params, previous_response_id)
-            await repo.add(tx, OpenAIResponse(
+            await repo.add(tx, self.sealer, OpenAIResponse(
                 id=response_id, tenant_id=tenant_id, session_id=session_id, conversation_id=placed.conversation_id,
                 turn=session.turns, previous_response_id=previous_response_id, params={**params, "plan": plan},
                 usage={},
@@ -346,7 +351,7 @@ class CompatService:
         row = None
         if has_prefix(response_id, "resp"):
             async with self.db.transaction() as tx:
-                row = await repo.response(tx, tenant_id, response_id)
+                row = await repo.response(tx, self.sealer, tenant_id, response_id)
         if row is None:
             raise NotFound(f"no response {response_id!r}", param=param)
         return row
@@ -354,8 +359,8 @@ class CompatService:
     async def get_response(self, tenant_id: str, response_id: str) -> dict[str, Any]:
         row = await self._response_row(tenant_id, response_id)
         async with self.db.transaction() as tx:
-            session = await sessions_repo.get(tx, tenant_id, row.session_id)
-            arts = await repo.at_turn(tx, row.session_id, row.turn)
+            session = await sessions_repo.get(tx, self.sealer, tenant_id, row.session_id)
+            arts = await repo.at_turn(tx, self.sealer, row.session_id, row.turn)
         if session is None:
             raise NotFound(f"no response {response_id!r}")
         return response_object(row, session, arts)

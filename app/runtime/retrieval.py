@@ -36,6 +36,7 @@ from app.db.models import Artifact
 from app.embeddings import Embedder
 from app.engine.protocol import CacheHandle, KVEngine, Sampling, TokenSink
 from app.engine.session_caches import SessionCaches
+from app.keys.content import Sealer
 from app.runtime.blocks import Block, Observation, assistant_block, render
 from app.runtime.compaction import SUMMARY_HEADER
 from app.runtime.engine_calls import Usage, check_room, use_salt
@@ -110,8 +111,8 @@ async def query_vector(
 
 
 async def embed_rows(
-    db: Database, embedder: Embedder, unembedded: Callable[[AsyncSession], Awaitable[Sequence[Artifact]]],
-    *texts: str,
+    db: Database, sealer: Sealer, embedder: Embedder,
+    unembedded: Callable[[AsyncSession], Awaitable[Sequence[Artifact]]], *texts: str,
 ) -> list[list[float]]:
     """Embed the artifacts `unembedded` reads (rows without a vector), and `texts` in the same call, whose vectors
     it returns. The model runs between two short transactions, never inside one."""
@@ -122,15 +123,15 @@ async def embed_rows(
     vectors = await embedder.embed([content for _, content in missing] + list(texts))
     if missing:
         async with db.transaction() as tx:
-            await search_repo.set_embeddings(tx, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
+            await search_repo.set_embeddings(tx, sealer, {i: v for (i, _), v in zip(missing, vectors, strict=False)})
     return vectors[len(missing):]
 
 
-async def embed_missing(db: Database, embedder: Embedder, session_id: str) -> None:
+async def embed_missing(db: Database, sealer: Sealer, embedder: Embedder, session_id: str) -> None:
     """Embed the session's live messages that have no vector yet (memory injected at creation, messages a forget
     rewrote), so retrieval sees every message. The caller holds the session's lease, so nothing else writes these
     rows meanwhile."""
-    await embed_rows(db, embedder, lambda tx: search_repo.unembedded(tx, session_id, CONTEXT_KINDS))
+    await embed_rows(db, sealer, embedder, lambda tx: search_repo.unembedded(tx, sealer, session_id, CONTEXT_KINDS))
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class Fresh:
 
 async def retrieve(
     tx: AsyncSession,
+    sealer: Sealer,
     session_id: str,
     vector: list[float],
     params: Params,
@@ -154,7 +156,7 @@ async def retrieve(
     """The context of a reply at transition `before_turn`: the stored messages (minus `exclude`) and `fresh` ones,
     the `top_k` nearest at least `min_similarity` away, nearest first (ties: log order)."""
     stored = await search_repo.nearest_messages(
-        tx, session_id, vector, kinds=CONTEXT_KINDS, before_turn=before_turn, top_k=params.top_k,
+        tx, sealer, session_id, vector, kinds=CONTEXT_KINDS, before_turn=before_turn, top_k=params.top_k,
         min_similarity=params.min_similarity, exclude=exclude,
     )
     scored = [

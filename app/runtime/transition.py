@@ -25,6 +25,7 @@ from app.db.models import AgentSession
 from app.embeddings import Embedder
 from app.engine.protocol import KVEngine, TokenSink
 from app.engine.session_caches import SessionCaches
+from app.keys.content import Sealer
 from app.runtime import checkpoints
 from app.runtime.blocks import Block
 from app.runtime.compaction import LiveRow
@@ -47,6 +48,7 @@ class Machinery:
     handles: SessionCaches
     embedder: Embedder
     db: Database
+    sealer: Sealer  # the process's: what the session's content is sealed and opened with
     replay_verify: bool = True  # a forget's replay passes recorded replies as drafts (LETHE_REPLAY_VERIFY)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.keys.content import Sealer
 from app.runtime import checkpoints
 from app.runtime.transition import Step
 from app.sessions.repositories import artifact_search as search_repo
@@ -14,18 +15,18 @@ from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories import tools as tools_repo
 
 
-async def write_step(tx: AsyncSession, session_id: str, step: Step) -> None:
+async def write_step(tx: AsyncSession, sealer: Sealer, session_id: str, step: Step) -> None:
     """Transition `step.turn`'s rows: what a compaction archived, the artifacts and their provenance edges, the
     checkpoints, the vectors a retrieval session stores, the tools' environment after it and the calls that fired."""
     if step.archived:
         await artifacts_repo.archive(tx, session_id, step.archived, step.turn)
-    await artifacts_repo.insert_artifacts(tx, step.records.artifacts)
+    await artifacts_repo.insert_artifacts(tx, sealer, step.records.artifacts)
     await artifacts_repo.insert_edges(tx, step.records.edges)
     await sessions_repo.add_checkpoints(tx, session_id, checkpoint_rows(step.checkpoints))
     if step.embeddings:
-        await search_repo.set_embeddings(tx, step.embeddings)
+        await search_repo.set_embeddings(tx, sealer, step.embeddings)
     if step.environment is not None:
-        await tools_repo.save_environment(tx, session_id, step.turn, step.environment)
+        await tools_repo.save_environment(tx, sealer, session_id, step.turn, step.environment)
     await tools_repo.record_fired(tx, session_id, step.tools.fired_now)
 
 

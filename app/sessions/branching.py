@@ -51,12 +51,12 @@ class Branching:
             if not 0 <= through_turn <= source.turns:
                 raise StaleHead(f"session {source_id!r} has no transition {through_turn}")
             async with lease.reads() as tx:
-                rows = await repo.transitions_through(tx, source_id, through_turn)
+                rows = await repo.transitions_through(tx, self.sessions.sealer, source_id, through_turn)
             branch_id = new_id("ses")
             session, copied = _copy({c: getattr(source, c) for c in _SESSION_COPIED}, dict(source.sampling),
                                     list(source.flagged_sources or []), rows, through_turn, branch_id)
             async with self.sessions.db.transaction() as tx:
-                await repo.insert_session(tx, session, copied)
+                await repo.insert_session(tx, self.sessions.sealer, session, copied)
             prefix = [t for a in _live_at(copied.artifacts, through_turn) for t in a["token_ids"]]
             await self._fork_cache(tenant_id, source_id, branch_id, prefix)
         return branch_id

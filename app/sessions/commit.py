@@ -52,7 +52,7 @@ class Transitions:
     def __init__(self, locks: SessionLocks, policies: PolicyLookup, sealer: Sealer) -> None:
         self.locks = locks
         self.policies = policies
-        self.sealer = sealer  # a summary written back to memory is sealed there
+        self.sealer = sealer  # the session's content is opened and sealed with it, a summary written back to memory too
 
     async def turn(
         self,
@@ -82,15 +82,15 @@ class Transitions:
                 per_turn = {**(row.sampling.get("per_turn") or {}), str(turn): dict(sampling)}
                 row.sampling = {**row.sampling, "per_turn": per_turn}  # what this transition samples with
             async with lease.reads() as tx:
-                answered = await _check_tool_results(tx, row, observations)
-                tools = None if empty else await _tool_context(tx, row)
+                answered = await _check_tool_results(tx, self.sealer, row, observations)
+                tools = None if empty else await _tool_context(tx, self.sealer, row)
             t = TransitionInput(turn, blocks, generate, reply_id=reply_id, tools=tools)
             done = await step(m, row, self.policies.of(row), state, t, on_tokens)
             async with self._committing(m, lease) as (tx, locked):
                 if row.sampling != locked.sampling:
                     await sessions_repo.set_sampling(tx, locked.id, row.sampling)
-                await _write(tx, locked, done)
-                await _commit_client_calls(tx, locked, answered)
+                await _write(tx, self.sealer, locked, done)
+                await _commit_client_calls(tx, self.sealer, locked, answered)
                 if on_commit is not None:
                     await on_commit(tx, _result(locked.epoch, done))
             if not empty:
@@ -112,14 +112,14 @@ class Transitions:
         state = await self._readable_state(m, lease)
         row = lease.row
         async with lease.reads() as tx:
-            live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
+            live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, self.sealer, row.tenant_id, row.id)]
         split_older(live, keep_last_turns)  # 409 before any model work: nothing to compact
         t = TransitionInput(row.turns + 1, compaction=Compaction(keep_last_turns, live))
         done = await step(m, row, self.policies.of(row), state, t)
         assert done.summary is not None
         summary_id, summary = done.summary
         async with self._committing(m, lease) as (tx, locked):
-            await _write(tx, locked, done)
+            await _write(tx, self.sealer, locked, done)
             if write_back:
                 assert locked.memory_namespace is not None
                 await write_summary_in(
@@ -136,7 +136,7 @@ class Transitions:
         state) and so does the cache salt (no request reaches blocks the engine cached from that suffix)."""
         async with lease.reads() as tx:
             try:
-                return await _state(tx, lease.row)
+                return await _state(tx, self.sealer, lease.row)
             except ErasedLog as erased:
                 first = erased.turn
         async with self._committing(m, lease) as (tx, locked):
@@ -149,7 +149,7 @@ class Transitions:
         log.warning("session resumed before an erased transition",
                     extra={"session_id": lease.row.id, "turn": first, "epoch": lease.row.epoch})
         async with lease.reads() as tx:
-            return await _state(tx, lease.row)
+            return await _state(tx, self.sealer, lease.row)
 
     @asynccontextmanager
     async def _committing(self, m: Machinery, lease: Lease) -> AsyncIterator[tuple[AsyncSession, AgentSession]]:
@@ -188,7 +188,7 @@ class Transitions:
             return
         keep = int(config.get("keep_last_turns", DEFAULT_KEEP_LAST_TURNS))
         async with lease.reads() as tx:
-            live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, row.tenant_id, row.id)]
+            live = [LiveRow.of(a) for a in await artifacts_repo.list_live(tx, self.sealer, row.tenant_id, row.id)]
         try:
             split_older(live, keep)
         except Conflict:
@@ -196,49 +196,51 @@ class Transitions:
         await self._compact_leased(lease, m, keep, bool(config.get("write_back")))
 
 
-async def _state(tx: AsyncSession, row: AgentSession) -> SessionState:
+async def _state(tx: AsyncSession, sealer: Sealer, row: AgentSession) -> SessionState:
     """The session's live prompt as stored: where its next transition starts."""
-    log = await artifacts_repo.load_log(tx, row.id)
+    log = await artifacts_repo.load_log(tx, sealer, row.id)
     return SessionState(log, await artifacts_repo.max_position(tx, row.id) + 1)
 
 
-async def _tool_context(tx: AsyncSession, row: AgentSession) -> ToolContext | None:
+async def _tool_context(tx: AsyncSession, sealer: Sealer, row: AgentSession) -> ToolContext | None:
     if not row.tools:
         return None
-    _, env = await tools_repo.environment(tx, row.id)
+    _, env = await tools_repo.environment(tx, sealer, row.id)
     fired = await tools_repo.fired(tx, row.id)
     return ToolContext(row.id, row.tools, env, fired, frozenset(row.flagged_sources))
 
 
-async def _write(tx: AsyncSession, locked: AgentSession, done: Step) -> None:
+async def _write(tx: AsyncSession, sealer: Sealer, locked: AgentSession, done: Step) -> None:
     """A committed transition: what it computed, its checkpoints' tool environments, the session's counters."""
-    await write_step(tx, locked.id, done)
+    await write_step(tx, sealer, locked.id, done)
     if locked.tools:
         await tools_repo.link_checkpoints(tx, locked.id, done.turn - 1)
     await sessions_repo.record_transition(tx, locked.id, turns=done.turn, token_count=done.records.token_count)
     locked.turns, locked.token_count = done.turn, done.records.token_count
 
 
-async def _check_tool_results(tx: AsyncSession, row: AgentSession, observations: Sequence[Observation]) -> list[str]:
+async def _check_tool_results(
+    tx: AsyncSession, sealer: Sealer, row: AgentSession, observations: Sequence[Observation]
+) -> list[str]:
     """In a session with tools, a tool_result must answer one of its pending calls (422 otherwise); returns the
     ids answered. A session without tools takes any tool_result: the client runs its own tool loop."""
     ids = [o.meta.get("tool_call_id", "") for o in observations if o.kind == "tool_result"]
     if not row.tools or not ids:
         return []
-    pending = {(a.meta or {}).get("tool_call_id") for a in await artifacts_repo.pending_calls(tx, row.id)}
+    pending = {(a.meta or {}).get("tool_call_id") for a in await artifacts_repo.pending_calls(tx, sealer, row.id)}
     unknown = [i for i in ids if i not in pending]
     if unknown or len(set(ids)) != len(ids):
         raise InvalidRequest(f"tool_result answers no pending tool call of this session: {sorted(set(unknown))}")
     return ids
 
 
-async def _commit_client_calls(tx: AsyncSession, row: AgentSession, answered: list[str]) -> None:
+async def _commit_client_calls(tx: AsyncSession, sealer: Sealer, row: AgentSession, answered: list[str]) -> None:
     """A client's answer to a consequential call of its own is the call having fired: mark it and record it in the
     ledger, so a replay never asks for it again."""
     consequential = {t["name"] for t in row.tools if t.get("kind") == "consequential" and not t.get("builtin")}
     calls = [
         ToolCall(str(a.meta["tool_call_id"]), a.meta.get("name", ""), {})
-        for a in await artifacts_repo.tool_calls(tx, row.id, answered)
+        for a in await artifacts_repo.tool_calls(tx, sealer, row.id, answered)
         if (a.meta or {}).get("name") in consequential
     ]
     if calls:

@@ -30,6 +30,7 @@ from app.db.database import Database
 from app.db.models import AgentSession
 from app.engine.session_caches import SessionCaches
 from app.errors import NotFound, SessionBusy
+from app.keys.content import Sealer
 from app.runtime.routing import session_route
 from app.sessions.repositories import leases as leases_repo
 from app.sessions.repositories import sessions as sessions_repo
@@ -41,9 +42,9 @@ DEFAULT_LEASE_S = 15.0  # how long a dead process keeps its sessions; the heartb
 POLL_FIRST_S, POLL_MAX_S = 0.02, 0.25  # waiting for another process's lease: backoff between looks
 
 
-async def require(tx: AsyncSession, tenant_id: str, session_id: str) -> AgentSession:
+async def require(tx: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str) -> AgentSession:
     """The tenant's session (404 for an unknown id or another tenant's)."""
-    row = await sessions_repo.get(tx, tenant_id, session_id)
+    row = await sessions_repo.get(tx, sealer, tenant_id, session_id)
     if row is None:
         raise NotFound(f"no session {session_id!r}")
     return row
@@ -58,6 +59,7 @@ class Lease:
     """A session leased to this process's current work. `row` is the session as last committed under the lease."""
 
     db: Database
+    sealer: Sealer
     row: AgentSession
     owner: str
     lost: bool = field(default=False)
@@ -67,7 +69,7 @@ class Lease:
         """A transaction in which the session is still this lease's: its row locked (for this commit only) and
         checked to be held by this owner at the epoch leased (LeaseLost otherwise, with nothing written)."""
         async with self.db.transaction() as tx:
-            row = await leases_repo.lock_held(tx, self.row.id, self.owner)
+            row = await leases_repo.lock_held(tx, self.sealer, self.row.id, self.owner)
             if row is None or row.epoch != self.row.epoch:
                 self.lost = True
                 raise LeaseLost(
@@ -87,6 +89,7 @@ class SessionLocks:
     def __init__(
         self,
         db: Database,
+        sealer: Sealer,
         handles: SessionCaches,
         timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         *,
@@ -94,6 +97,7 @@ class SessionLocks:
         on_wait: Callable[[int], None] | None = None,
     ) -> None:
         self.db = db
+        self.sealer = sealer
         self.handles = handles
         self.timeout_s = timeout_s
         self.lease_s = lease_s
@@ -131,7 +135,7 @@ class SessionLocks:
         Only the session's own tenant queues: another tenant's request on the id answers 404 at once, instead of
         waiting behind (or delaying) the owner's turns and answering 409, which would tell it the session exists."""
         async with self.db.transaction() as tx:
-            await require(tx, tenant_id, session_id)
+            await require(tx, self.sealer, tenant_id, session_id)
         bound = self.timeout_s if timeout_s is None else timeout_s
         deadline = asyncio.get_running_loop().time() + bound
         turn_lock = self._turn_lock(session_id)
@@ -156,14 +160,14 @@ class SessionLocks:
         async with waiting:
             while True:
                 async with self.db.transaction() as tx:
-                    row = await leases_repo.take(tx, tenant_id, session_id, owner, self.lease_s, status)
-                    gone = row is None and await sessions_repo.get(tx, tenant_id, session_id) is None
+                    row = await leases_repo.take(tx, self.sealer, tenant_id, session_id, owner, self.lease_s, status)
+                    gone = row is None and await sessions_repo.get(tx, self.sealer, tenant_id, session_id) is None
                     tenant = await sessions_repo.tenant_of(tx, session_id) if gone else None
                 if gone:
                     await self._forget_handle_if_gone(tenant, tenant_id, session_id)
                     raise NotFound(f"no session {session_id!r}")
                 if row is not None:
-                    return Lease(self.db, row, owner)
+                    return Lease(self.db, self.sealer, row, owner)
                 left = deadline - loop.time()
                 if left <= 0:
                     raise _busy(session_id)

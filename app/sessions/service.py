@@ -73,8 +73,8 @@ class SessionService:
         self.handles = handles
         self.embedder = embedder  # the process's shared one: a new one would load the model again
         self.policies = policies
-        self.sealer = sealer  # memory records injected into a new session are opened with it
-        self.locks = SessionLocks(db, handles, lock_timeout_s, lease_s=lease_s, on_wait=on_wait)
+        self.sealer = sealer  # the process's: session content, and memory records injected, sealed and opened with it
+        self.locks = SessionLocks(db, sealer, handles, lock_timeout_s, lease_s=lease_s, on_wait=on_wait)
         self.transitions = Transitions(self.locks, policies, sealer)
         self.settle = settle  # None: a deletion's shred waits for the forget worker's sweep
         self.horizon_s = horizon_s
@@ -89,7 +89,7 @@ class SessionService:
         return self.slot.engine
 
     def _machinery(self, engine: KVEngine) -> Machinery:
-        return Machinery(engine, self.handles, self.embedder, self.db)
+        return Machinery(engine, self.handles, self.embedder, self.db, self.sealer)
 
     # -- sessions -----------------------------------------------------------------------------------------------
 
@@ -120,8 +120,9 @@ class SessionService:
                 if config.subject_id is not None:
                     await subjects_repo.ensure(tx, tenant_id, config.subject_id)
                 row = await sessions_repo.create(
-                    tx, id=session_id, tenant_id=tenant_id, epoch=0, status="idle", subject_id=config.subject_id,
-                    system_prompt=config.system_prompt, memory_namespace=config.memory_namespace,
+                    tx, self.sealer, id=session_id, tenant_id=tenant_id, epoch=0, status="idle",
+                    subject_id=config.subject_id, system_prompt=config.system_prompt,
+                    memory_namespace=config.memory_namespace,
                     context_policy=config.context_policy, checkpoint_policy=config.checkpoint_policy,
                     retrieval=config.retrieval, tools=config.tools, sampling=config.sampling,
                     compaction=config.compaction, turns=0,
@@ -129,7 +130,8 @@ class SessionService:
                 )
                 start = TransitionInput(0, [*blocks, *memory], generate=False)
                 done = await step(self._machinery(engine), row, self.policies.of(row), SessionState([], 0), start)
-                await write_step(tx, session_id, done)  # transition 0 runs no model: nothing is computed here
+                # Transition 0 runs no model: nothing is computed here.
+                await write_step(tx, self.sealer, session_id, done)
             return SessionView(row, "idle")
         raise Conflict(f"the memory namespace {config.memory_namespace!r} keeps changing; retry")
 
@@ -146,9 +148,9 @@ class SessionService:
         as the request's consistency token allows (app/db/replicas.py)."""
 
         async def read(tx: AsyncSession) -> SessionView:
-            row = await require(tx, tenant_id, session_id)
+            row = await require(tx, self.sealer, tenant_id, session_id)
             status = (await leases_repo.statuses(tx, [row.id]))[row.id]
-            return SessionView(row, status, await _pending(tx, row))
+            return SessionView(row, status, await _pending(tx, self.sealer, row))
 
         return await self.db.read(where, read)
 
@@ -161,11 +163,11 @@ class SessionService:
 
         async def read(tx: AsyncSession) -> tuple[list[AgentSession], list[SessionView]]:
             rows = await sessions_repo.page(
-                tx, tenant_id, after=after, limit=limit + 1, status=status, context_policy=context_policy
+                tx, self.sealer, tenant_id, after=after, limit=limit + 1, status=status, context_policy=context_policy
             )
             page = rows[:limit]
             statuses = await leases_repo.statuses(tx, [r.id for r in page])
-            return rows, [SessionView(row, statuses[row.id], await _pending(tx, row)) for row in page]
+            return rows, [SessionView(row, statuses[row.id], await _pending(tx, self.sealer, row)) for row in page]
 
         rows, views = await self.db.read(where, read)
         positions = [pagination.Position(r.created_at, r.id) for r in rows]
@@ -264,8 +266,8 @@ class SessionService:
 
     async def artifacts(self, tenant_id: str, session_id: str, *, where: ReadFrom = PRIMARY) -> list[ArtifactView]:
         async def read(tx: AsyncSession) -> list[ArtifactView]:
-            await require(tx, tenant_id, session_id)
-            rows = await artifacts_repo.list_live(tx, tenant_id, session_id)
+            await require(tx, self.sealer, tenant_id, session_id)
+            rows = await artifacts_repo.list_live(tx, self.sealer, tenant_id, session_id)
             parents = await artifacts_repo.parents_of(tx, session_id)
             return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
 
@@ -275,17 +277,17 @@ class SessionService:
         self, tenant_id: str, session_id: str, artifact_id: str, *, where: ReadFrom = PRIMARY
     ) -> list[ArtifactView]:
         async def read(tx: AsyncSession) -> list[ArtifactView]:
-            await require(tx, tenant_id, session_id)
-            if await artifacts_repo.get(tx, tenant_id, session_id, artifact_id) is None:
+            await require(tx, self.sealer, tenant_id, session_id)
+            if await artifacts_repo.get(tx, self.sealer, tenant_id, session_id, artifact_id) is None:
                 raise NotFound(f"no artifact {artifact_id!r} in session {session_id!r}")
-            rows = await artifacts_repo.closure(tx, tenant_id, session_id, artifact_id)
+            rows = await artifacts_repo.closure(tx, self.sealer, tenant_id, session_id, artifact_id)
             parents = await artifacts_repo.parents_of(tx, session_id, [a.id for a in rows])
             return [ArtifactView(a, parents.get(a.id, [])) for a in rows]
 
         return await self.db.read(where, read)
 
 
-async def _pending(tx: AsyncSession, row: AgentSession) -> list[ToolCall]:
+async def _pending(tx: AsyncSession, sealer: Sealer, row: AgentSession) -> list[ToolCall]:
     """The session's tool calls still waiting for a client's tool_result."""
-    calls = await artifacts_repo.pending_calls(tx, row.id) if row.tools else []
+    calls = await artifacts_repo.pending_calls(tx, sealer, row.id) if row.tools else []
     return [c for a in calls for c in parse_calls_json(a.content)]

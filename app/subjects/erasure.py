@@ -173,7 +173,7 @@ class SubjectErasure:
                 position = -1
                 while True:
                     async with self.db.transaction() as tx:
-                        rows = await repo.artifacts_after(tx, tenant_id, session_id, position, PAGE)
+                        rows = await repo.artifacts_after(tx, self.sealer, tenant_id, session_id, position, PAGE)
                     for row in rows:
                         if row.kind in OBSERVED and not row.erased:
                             held = [t for t in texts if t in (row.content or "") and t not in found.get(session_id, [])]
@@ -197,9 +197,9 @@ class SubjectErasure:
             async with self.db.transaction() as tx:
                 page = await repo.others_after(tx, tenant_id, subject_id, after, PAGE)
             for session_id in page:
-                await locate.embed_observations(self.db, self.embedder, session_id)
+                await locate.embed_observations(self.db, self.sealer, self.embedder, session_id)
                 async with self.db.transaction() as tx:
-                    if await locate.similar(tx, session_id, vector, min_similarity):
+                    if await locate.similar(tx, self.sealer, session_id, vector, min_similarity):
                         found.append(session_id)
             if len(page) < PAGE:
                 return found

@@ -70,7 +70,9 @@ async def sessions_after(
     return [LinkedSession(*row) for row in (await db.execute(stmt)).all()]
 
 
-async def artifacts_after(db: AsyncSession, tenant_id: str, session_id: str, after: int, limit: int) -> list[Artifact]:
+async def artifacts_after(
+    db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str, after: int, limit: int
+) -> list[Artifact]:
     """A page of the session's live artifacts after log position `after`, opened (erased ones flagged)."""
     stmt = (
         select(Artifact)
@@ -79,7 +81,7 @@ async def artifacts_after(db: AsyncSession, tenant_id: str, session_id: str, aft
         .order_by(Artifact.position)
         .limit(limit)
     )
-    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))
 
 
 @dataclass(frozen=True)

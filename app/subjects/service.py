@@ -119,7 +119,7 @@ class SubjectService:
         after = -1
         while True:
             async with self.db.transaction() as tx:
-                page = await repo.artifacts_after(tx, tenant_id, session_id, after, PAGE)
+                page = await repo.artifacts_after(tx, self.sealer, tenant_id, session_id, after, PAGE)
             for row in page:
                 if not row.erased:
                     yield _dumps({"id": row.id, "kind": row.kind, "turn": row.turn, "content": row.content})
@@ -143,7 +143,7 @@ class SubjectService:
             cursor: str | None = None
             while True:
                 views, cursor = await page_jobs(
-                    self.db, tenant_id, cursor=cursor, limit=100, status=None, session_id=session_id
+                    self.db, self.sealer, tenant_id, cursor=cursor, limit=100, status=None, session_id=session_id
                 )
                 for view in views:
                     if view.id in told:

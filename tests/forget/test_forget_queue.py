@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -23,7 +24,12 @@ from app.forget.jobs import Retry
 from app.forget.repositories import jobs as jobs_repo
 from app.forget.worker import ForgetWorker
 from app.ids import new_id
+from app.keys.content import Sealer
+from app.keys.keyring import Keyring
+from app.keys.leaves import Leaves
+from app.keys.local import LocalProvider
 from app.observability.metrics import Metrics
+from app.tenants.service import TenantService
 from bench.serve import stop_postgres
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
@@ -39,6 +45,17 @@ def private_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stop_postgres(data_dir / "pg")
 
 
+@pytest.fixture(scope="module")
+def key_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("queue-keys")
+
+
+@pytest.fixture
+def sealer(db: Database, key_dir: Path) -> Sealer:
+    """The process's sealer, as the services hand it to the repositories (these jobs hold nothing to seal)."""
+    return Sealer(Keyring(LocalProvider(key_dir)), Leaves(TenantService(db).reserve_leaves))
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def db(private_url: str) -> AsyncIterator[Database]:
     await upgrade_to_head_async(private_url)
@@ -51,24 +68,26 @@ async def db(private_url: str) -> AsyncIterator[Database]:
     await database.close()
 
 
-async def _queued(db: Database, priority: int = 1) -> str:
+async def _queued(db: Database, sealer: Sealer, priority: int = 1) -> str:
     async with db.transaction() as tx:
         job = await jobs_repo.create(
-            tx, id=new_id("fgt"), tenant_id="ten_queue", status="queued", strategy="no_forget",
+            tx, sealer, id=new_id("fgt"), tenant_id="ten_queue", status="queued", strategy="no_forget",
             target={"session_id": "ses_x"}, reason=None, receipt={}, attempts=0, priority=priority,
         )
     return job.id
 
 
 @ASYNC
-async def test_a_status_change_from_any_connection_wakes_its_waiter_and_the_workers(db: Database) -> None:
+async def test_a_status_change_from_any_connection_wakes_its_waiter_and_the_workers(
+    db: Database, sealer: Sealer
+) -> None:
     queued = asyncio.Event()
     events = JobEvents(db.pg_url, queued)
     listening = asyncio.create_task(events.run())
     try:
         await asyncio.wait_for(events.listening.wait(), BOUND_S)
         queued.clear()
-        job_id = await _queued(db)  # as another process would queue it
+        job_id = await _queued(db, sealer)  # as another process would queue it
         await asyncio.wait_for(queued.wait(), BOUND_S)
         with events.watch(job_id) as changed:
             other = await asyncpg.connect(db.pg_url)
@@ -95,14 +114,14 @@ class _Stub:
 
 
 @ASYNC
-async def test_a_job_sent_back_waits_in_the_queue_while_the_worker_runs_the_next(db: Database) -> None:
-    first, second = await _queued(db), await _queued(db)
+async def test_a_job_sent_back_waits_in_the_queue_while_the_worker_runs_the_next(db: Database, sealer: Sealer) -> None:
+    first, second = await _queued(db, sealer), await _queued(db, sealer)
     stub = _Stub({first})
     worker = ForgetWorker(db, Metrics(), stub, lease_s=30, poll_s=60)  # type: ignore[arg-type]
     assert await worker.step() and await worker.step()  # no pause between them
     assert stub.ran == [first, second]
     async with db.transaction() as tx:
-        sent_back = await jobs_repo.get(tx, "ten_queue", first)
+        sent_back = await jobs_repo.get(tx, sealer, "ten_queue", first)
     assert sent_back is not None and sent_back.status == "queued" and sent_back.run_after is not None
     assert not await worker.step()  # not claimable before its time: nothing else to run
     async with db.transaction() as tx:  # cleanup: nobody else may claim it
@@ -110,10 +129,10 @@ async def test_a_job_sent_back_waits_in_the_queue_while_the_worker_runs_the_next
 
 
 @ASYNC
-async def test_a_failing_retention_sweep_does_not_hold_up_the_forget_jobs(db: Database) -> None:
+async def test_a_failing_retention_sweep_does_not_hold_up_the_forget_jobs(db: Database, sealer: Sealer) -> None:
     async with db.transaction() as tx:
         await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
-    job = await _queued(db)
+    job = await _queued(db, sealer)
     stub, sweeps = _Stub(set()), []
 
     async def failing(owner: str) -> str | None:
@@ -128,11 +147,11 @@ async def test_a_failing_retention_sweep_does_not_hold_up_the_forget_jobs(db: Da
 
 
 @ASYNC
-async def test_a_detector_s_job_is_claimed_before_older_forgets(db: Database) -> None:
+async def test_a_detector_s_job_is_claimed_before_older_forgets(db: Database, sealer: Sealer) -> None:
     async with db.transaction() as tx:
         await tx.execute(text("DELETE FROM forget_jobs WHERE tenant_id = 'ten_queue'"))
-    older, plain = await _queued(db), await _queued(db)
-    detector = await _queued(db, priority=2)  # a detector webhook's (app/engine/priority.py DETECTOR)
+    older, plain = await _queued(db, sealer), await _queued(db, sealer)
+    detector = await _queued(db, sealer, priority=2)  # a detector webhook's (app/engine/priority.py DETECTOR)
     claimed = []
     for _ in range(3):
         async with db.transaction() as tx:
@@ -145,7 +164,9 @@ async def test_a_detector_s_job_is_claimed_before_older_forgets(db: Database) ->
 
 
 @ASYNC
-async def test_the_lease_heartbeat_survives_a_failed_renewal(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_lease_heartbeat_survives_a_failed_renewal(
+    db: Database, sealer: Sealer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
     third = asyncio.Event()
     renew = jobs_repo.renew
@@ -159,7 +180,7 @@ async def test_the_lease_heartbeat_survives_a_failed_renewal(db: Database, monke
         return await renew(tx, job_id, owner, lease_s)
 
     monkeypatch.setattr(jobs_repo, "renew", flaky)
-    job_id = await _queued(db)
+    job_id = await _queued(db, sealer)
     worker = ForgetWorker(db, Metrics(), _Stub(set()), lease_s=0.3, poll_s=60)  # type: ignore[arg-type]
     async with db.transaction() as tx:
         claimed = await jobs_repo.claim(tx, worker.owner, 30)

@@ -218,7 +218,7 @@ def test_bad_input_is_422_and_stores_nothing(
 
 
 def test_the_key_provider_down_answers_503_and_stores_nothing(
-    told: dict[str, Any], database_url: str, live_server: Any, tmp_path: Path
+    told: dict[str, Any], database_url: str, live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The process's key store unreachable, nothing cached: a job holding words to seal is refused before any row."""
     container = live_server.app.state.container
@@ -226,12 +226,9 @@ def test_the_key_provider_down_answers_503_and_stores_nothing(
     blocked.write_text("not a directory")
     down = Sealer(build_keyring(container.settings.model_copy(update={"key_dir": blocked})), container.sealer.leaves)
     marker, before = _unique("unsealable-"), _jobs(database_url)
-    container.db.seal_with(down)
-    try:
-        answer = told["client"].post("/v1/forget", json={
-            "target": {"session_id": told["session_id"], "query": marker}, "reason": marker,
-        })
-    finally:
-        container.db.seal_with(container.sealer)
+    monkeypatch.setattr(container.services.forget, "sealer", down)
+    answer = told["client"].post("/v1/forget", json={
+        "target": {"session_id": told["session_id"], "query": marker}, "reason": marker,
+    })
     assert problem(answer, 503)["type"].endswith("keys-unavailable") and int(answer.headers["Retry-After"]) > 0
     assert _jobs(database_url) == before

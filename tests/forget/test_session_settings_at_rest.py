@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,9 @@ import httpx
 import pytest
 
 from app.keys.errors import Tampered
-from app.sessions.endpoints import get_sessions
 from app.sessions.repositories.settings_sealing import settings_binding, state_binding
 from tests.forget.forget_helpers import forget, run_script, user
 from tests.support import (
-    OverrideService,
     derives,
     files_holding,
     fresh_keyring,
@@ -218,18 +215,13 @@ def test_a_ciphertext_moved_to_another_row_does_not_open(
 
 
 @pytest.fixture
-def provider_down(tmp_path: Path, live_server: Any) -> Iterator[None]:
-    """For this test, the live server's units of work seal with a keyring whose key store cannot be read (a file
-    where its directory should be), with nothing cached: every key a new session needs is `Unavailable`."""
+def provider_down(tmp_path: Path, live_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For this test, the live server's sessions seal with a keyring whose key store cannot be read (a file where
+    its directory should be), with nothing cached: every key a new session needs is `Unavailable`."""
     blocked = tmp_path / "keys-down"
     blocked.write_text("not a directory")
     container = live_server.app.state.container
-    down = rewired(container, key_dir=blocked)
-    container.db.seal_with(down.sealer)
-    try:
-        yield
-    finally:
-        container.db.seal_with(container.sealer)
+    monkeypatch.setattr(container.services.sessions, "sealer", rewired(container, key_dir=blocked).sealer)
 
 
 @pytest.mark.usefixtures("provider_down")
@@ -244,7 +236,7 @@ def test_creating_a_session_with_the_key_provider_down_answers_503_and_writes_no
 
 def test_a_deletion_whose_shred_the_provider_refused_stays_pending_until_a_retry(
     client: httpx.Client, database_url: str, live_server: Any, tmp_path: Path,
-    override_service: OverrideService, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     session_id, _ = run_script(client, [[user("Hello.")]], {"temperature": 0, "max_tokens": 4, "seed": 3},
                                system_prompt="You are helpful.")
@@ -252,7 +244,9 @@ def test_a_deletion_whose_shred_the_provider_refused_stays_pending_until_a_retry
     everything = [leaf for found in _leaves(database_url, session_id).values() for leaf in found]
     blocked = tmp_path / "keys-down"
     blocked.write_text("not a directory")
-    override_service(get_sessions, "sessions", key_dir=blocked)  # its shredder cannot reach the key store
+    container = live_server.app.state.container
+    # Its shredder cannot reach the key store (the deletion itself opens the session with the server's own keys).
+    monkeypatch.setattr(container.services.sessions, "settle", rewired(container, key_dir=blocked).shredder.settle)
     with caplog.at_level(logging.WARNING, logger="app.forget.shredding"):
         assert client.delete(f"/v1/sessions/{session_id}").status_code == 204  # the deletion committed
     assert any("shred pending" in r.getMessage() for r in caplog.records)

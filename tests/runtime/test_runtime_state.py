@@ -126,10 +126,10 @@ def test_a_failed_model_call_writes_nothing_and_rewinds_the_handle(
 def _log_until(server: LiveServer, database_url: str, sid: str, last_turn: int) -> StoredLog:
     async def load() -> StoredLog:
         db = Database(database_url, pool_size=1)
-        db.seal_with(sealer_of(server, db))  # another process of the deployment: it opens what the server sealed
+        sealer = sealer_of(server, db)  # another process of the deployment: it opens what the server sealed
         try:
             async with db.transaction() as tx:
-                log = await artifacts_repo.load_log(tx, sid)
+                log = await artifacts_repo.load_log(tx, sealer, sid)
         finally:
             await db.close()
         return stored_log([e for e in log if e.turn <= last_turn])

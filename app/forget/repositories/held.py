@@ -10,12 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ForgetJob
 from app.forget.repositories.sealing import seal_receipt
+from app.keys.content import Sealer
 
 
-async def hold(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any], hold_id: str) -> None:
+async def hold(db: AsyncSession, sealer: Sealer, job: ForgetJob, receipt: dict[str, Any], hold_id: str) -> None:
     """held: released from its worker, waiting on legal hold `hold_id` (no worker claims it: `claim` takes queued
     jobs only); the sessions done so far stay in its receipt."""
-    columns = await seal_receipt(db, job, receipt)
+    columns = await seal_receipt(sealer, job, receipt)
     await db.execute(
         update(ForgetJob)
         .where(ForgetJob.id == job.id)

@@ -18,10 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ForgetJob, WebhookDelivery
 from app.db.statements import Sql, Statement
-from app.forget.repositories.sealing import STREAM, holds_content, open_jobs, opened_as, seal_job, seal_receipt
+from app.forget.repositories.sealing import STREAM, open_jobs, opened_as, seal_job, seal_receipt
 from app.keys.content import Sealer
 from app.pagination import Position
-from app.sessions.repositories.sealing import sealer_of
 
 ACTIVE = ("queued", "running")
 
@@ -127,10 +126,10 @@ async def pending_shreds_by_tenant(sql: Sql) -> dict[str, PendingSummary]:
 
 
 async def create(
-    db: AsyncSession, *, id: str, tenant_id: str, target: dict[str, Any], reason: str | None, **values: Any
+    db: AsyncSession, sealer: Sealer, *, id: str, tenant_id: str, target: dict[str, Any], reason: str | None,
+    **values: Any,
 ) -> ForgetJob:
     """A new job, its target and reason sealed (sealing.py); the row returned holds them opened."""
-    sealer = sealer_of(db) if holds_content(target, reason) else None
     row = ForgetJob(id=id, tenant_id=tenant_id, **await seal_job(sealer, tenant_id, id, target, reason), **values)
     db.add(row)
     await db.flush()
@@ -138,21 +137,25 @@ async def create(
     return row
 
 
-async def get(db: AsyncSession, tenant_id: str, job_id: str, *, for_update: bool = False) -> ForgetJob | None:
+async def get(
+    db: AsyncSession, sealer: Sealer, tenant_id: str, job_id: str, *, for_update: bool = False
+) -> ForgetJob | None:
     """The job with its target and reason opened (sealing.open_jobs)."""
     stmt = select(ForgetJob).where(ForgetJob.id == job_id, ForgetJob.tenant_id == tenant_id)
     if for_update:
         stmt = stmt.with_for_update()
     row = (await db.execute(stmt.execution_options(populate_existing=True))).scalar_one_or_none()
-    return None if row is None else (await open_jobs(db, [row]))[0]
+    return None if row is None else (await open_jobs(sealer, [row]))[0]
 
 
-async def opened(db: AsyncSession, job: ForgetJob) -> ForgetJob:
+async def opened(db: AsyncSession, sealer: Sealer, job: ForgetJob) -> ForgetJob:
     """A claimed job (`claim` returns it as stored) with its target and reason opened, for its worker."""
-    return (await open_jobs(db, [job]))[0]
+    return (await open_jobs(sealer, [job]))[0]
 
 
-async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: str) -> ForgetJob | None:
+async def succeeded_for_artifact(
+    db: AsyncSession, sealer: Sealer, tenant_id: str, artifact_id: str
+) -> ForgetJob | None:
     """The latest succeeded job that forgot `artifact_id` (a repeated forget of a gone artifact answers it)."""
     stmt = (
         select(ForgetJob)
@@ -165,7 +168,7 @@ async def succeeded_for_artifact(db: AsyncSession, tenant_id: str, artifact_id: 
         .limit(1)
     )
     row = (await db.execute(stmt)).scalar_one_or_none()
-    return None if row is None else (await open_jobs(db, [row]))[0]
+    return None if row is None else (await open_jobs(sealer, [row]))[0]
 
 
 async def claim(db: AsyncSession, owner: str, lease_s: float) -> ForgetJob | None:
@@ -253,9 +256,9 @@ async def finish(
     )
 
 
-async def park(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+async def park(db: AsyncSession, sealer: Sealer, job: ForgetJob, receipt: dict[str, Any]) -> None:
     """needs_input: released from its worker, waiting for the client (the call it waits on sealed: sealing.py)."""
-    columns = await seal_receipt(db, job, receipt)
+    columns = await seal_receipt(sealer, job, receipt)
     await db.execute(
         update(ForgetJob)
         .where(ForgetJob.id == job.id)
@@ -264,11 +267,10 @@ async def park(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> Non
 
 
 async def confirm_plan(
-    db: AsyncSession, job: ForgetJob, strategy: str, reason: str | None, *, shred_now: bool = False
+    db: AsyncSession, sealer: Sealer, job: ForgetJob, strategy: str, reason: str | None, *, shred_now: bool = False
 ) -> bool:
     """A planned job (opened) becomes queued (its plan, kept in the receipt, gives way to the receipt to come), its
     target and `reason` sealed again under its leaf; False when it was confirmed already."""
-    sealer = sealer_of(db) if holds_content(job.target, reason) else None
     columns = await seal_job(sealer, job.tenant_id, job.id, job.target, reason, leaf=job.leaf)
     stmt = (
         update(ForgetJob)
@@ -279,15 +281,15 @@ async def confirm_plan(
     return (await db.execute(stmt)).first() is not None
 
 
-async def requeue_with(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+async def requeue_with(db: AsyncSession, sealer: Sealer, job: ForgetJob, receipt: dict[str, Any]) -> None:
     """Queued again with the client's tool result in its receipt (sealed: sealing.py)."""
-    columns = await seal_receipt(db, job, receipt)
+    columns = await seal_receipt(sealer, job, receipt)
     await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(status="queued", **columns))
 
 
-async def save_receipt(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> None:
+async def save_receipt(db: AsyncSession, sealer: Sealer, job: ForgetJob, receipt: dict[str, Any]) -> None:
     """`job`: the row as stored (`lock_owned`'s), whose leaf seals what of the receipt is content."""
-    await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(**await seal_receipt(db, job, receipt)))
+    await db.execute(update(ForgetJob).where(ForgetJob.id == job.id).values(**await seal_receipt(sealer, job, receipt)))
 
 
 async def add_shred_leaves(db: AsyncSession, job_id: str, leaves: Sequence[int]) -> None:
@@ -340,6 +342,7 @@ async def link_delivery(db: AsyncSession, tenant_id: str, webhook_id: str, forge
 
 async def page(
     db: AsyncSession,
+    sealer: Sealer,
     tenant_id: str,
     *,
     after: Position | None,
@@ -369,7 +372,7 @@ async def page(
             )
         )
     stmt = stmt.order_by(ForgetJob.created_at.desc(), ForgetJob.id.desc()).limit(limit)
-    return await open_jobs(db, list((await db.execute(stmt)).scalars()))
+    return await open_jobs(sealer, list((await db.execute(stmt)).scalars()))
 
 
 async def deliveries(

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.models import ForgetJob
@@ -31,7 +30,6 @@ from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.sealed import SealedColumn
-from app.sessions.repositories.sealing import sealer_of
 
 TABLE = "forget_jobs"
 STREAM = "forget_jobs"  # the Leaves stream: a tenant's jobs get neighbouring leaves
@@ -92,14 +90,13 @@ async def seal_job(
     }
 
 
-async def seal_receipt(db: AsyncSession, job: ForgetJob, receipt: dict[str, Any]) -> dict[str, Any]:
+async def seal_receipt(sealer: Sealer, job: ForgetJob, receipt: dict[str, Any]) -> dict[str, Any]:
     """The receipt's columns for `job` (a row as stored): its content members sealed under the job's leaf (drawn
     when the job has none yet: its target was ids only), the rest in the clear."""
     content = {name: receipt[name] for name in RECEIPT_CONTENT if receipt.get(name)}
     clear = {name: value for name, value in receipt.items() if name not in RECEIPT_CONTENT}
     if not content:
         return {"receipt": clear, "receipt_sealed": None}
-    sealer = sealer_of(db)
     leaf = job.leaf if job.leaf is not None else await sealer.leaf(job.tenant_id, STREAM)
     sealed = await sealer.seal_json(leaf, binding(job.tenant_id, job.id, "receipt"), content)
     return {"receipt": clear, "receipt_sealed": sealed, "leaf": leaf}
@@ -111,17 +108,15 @@ def opened_as(job: ForgetJob, target: dict[str, Any], reason: str | None) -> Non
     set_committed_value(job, "reason", reason)
 
 
-async def open_jobs(db: AsyncSession, rows: Sequence[ForgetJob]) -> list[ForgetJob]:
+async def open_jobs(sealer: Sealer, rows: Sequence[ForgetJob]) -> list[ForgetJob]:
     """`rows` with their target and reason opened in place. A job that ended, or whose leaf was shredded (a backup
     restored from before its end), comes back `target_erased`, its clear id-only target and no reason. `Tampered`
     (a ciphertext moved from another row) propagates: loud, never erased."""
-    sealer: Sealer | None = None
     for row in rows:
         row.target_erased = row.leaf is not None and row.status in ENDED
         if row.target_erased or (row.target_sealed is None and row.reason_sealed is None
                                  and row.receipt_sealed is None):
             continue  # a row from before 0019, an ended job, or nothing sealed
-        sealer = sealer or sealer_of(db)
         try:
             target = row.target
             if row.target_sealed is not None:

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
+from app.keys.content import Sealer
 from app.sessions.repositories import artifacts as artifacts_repo
 from app.sessions.repositories import sessions as sessions_repo
 from app.sessions.repositories.artifacts import Retired
@@ -40,11 +41,11 @@ class Swapped:
     system_prompt: str | None
 
 
-async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -> Retired:
+async def rewrite_in_place(tx: AsyncSession, sealer: Sealer, session_id: str, change: InPlace) -> Retired:
     """The change written; what it retired (deleted artifacts, and the old text of rewritten ones) to shred."""
     retired = await artifacts_repo.delete_ids(tx, session_id, change.deleted)  # their edges go with them
-    retired = retired.add(await artifacts_repo.rewrite(tx, session_id, change.updated))
-    await artifacts_repo.insert_artifacts(tx, change.inserted)  # sealed under fresh leaves
+    retired = retired.add(await artifacts_repo.rewrite(tx, sealer, session_id, change.updated))
+    await artifacts_repo.insert_artifacts(tx, sealer, change.inserted)  # sealed under fresh leaves
     await artifacts_repo.insert_edges(tx, change.edges)
     if change.first_turn is not None:
         # Manifests from the first edited transition on name spans that changed: those checkpoints are gone.
@@ -52,9 +53,9 @@ async def rewrite_in_place(tx: AsyncSession, session_id: str, change: InPlace) -
     return retired
 
 
-async def record_swap(tx: AsyncSession, session: AgentSession, state: Swapped) -> Retired:
+async def record_swap(tx: AsyncSession, sealer: Sealer, session: AgentSession, state: Swapped) -> Retired:
     """The session row's new state; what it retired (the old settings' leaf when the system prompt changed)."""
     return await sessions_repo.record_forget(
-        tx, session, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
+        tx, sealer, session, epoch=state.epoch, turns=state.turns, token_count=state.token_count,
         system_prompt=state.system_prompt,
     )

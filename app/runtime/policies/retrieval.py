@@ -32,7 +32,7 @@ class RetrievalTransitions:
         self, m: Machinery, row: AgentSession, state: SessionState, t: TransitionInput, on_tokens: TokenSink | None
     ) -> Replied:
         """Store the observations, and answer them from the preamble and the messages retrieved for them."""
-        await retrieval.embed_missing(m.db, m.embedder, row.id)
+        await retrieval.embed_missing(m.db, m.sealer, m.embedder, row.id)
         blocks = list(t.blocks)
         vectors = await self._vectors(m, t)
         if not t.generate:
@@ -41,7 +41,7 @@ class RetrievalTransitions:
         view = t.view
         async with m.db.transaction() as tx:
             context = await retrieval.retrieve(
-                tx, row.id, query, retrieval.Params.of(row.retrieval), t.turn,
+                tx, m.sealer, row.id, query, retrieval.Params.of(row.retrieval), t.turn,
                 exclude=view.exclude if view else (), fresh=view.fresh if view else (),
             )
         preamble_ids, preamble_tokens = retrieval.preamble(state.log)

@@ -20,8 +20,9 @@ from sqlalchemy import ARRAY, Text, any_, bindparam, cast, literal_column, or_, 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact
+from app.keys.content import Sealer
 from app.keys.errors import Erased
-from app.sessions.repositories.sealing import open_artifacts, open_text, open_vector, seal_vector, sealer_of
+from app.sessions.repositories.sealing import open_artifacts, open_text, open_vector, seal_vector
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ _UNEMBEDDED = (Artifact.embedding.is_(None)) & (Artifact.embedding_sealed.is_(No
 _VERSION = literal_column("artifacts.xmin::text", Text).label("version")
 
 
-async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], min_similarity: float
+async def _ranked(db: AsyncSession, sealer: Sealer, where: Sequence[Any], vector: list[float], min_similarity: float
                   ) -> list[tuple[float, Any]]:
     """(similarity, row) of the embedded rows `where` selects whose cosine similarity to `vector` is at least
     `min_similarity`, most similar first, ties in log order. Rows whose leaf was shredded are left out.
@@ -55,7 +56,6 @@ async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], m
     vector once."""
     stmt = select(Artifact.id, Artifact.tenant_id, Artifact.position, Artifact.leaf, _VERSION).where(
         *where, _EMBEDDED).order_by(Artifact.position)
-    sealer = sealer_of(db)
     candidates = (await db.execute(stmt)).all()
     opened: dict[str, Any] = {}
     for row in candidates:
@@ -96,6 +96,7 @@ async def _ranked(db: AsyncSession, where: Sequence[Any], vector: list[float], m
 
 async def nearest_messages(
     db: AsyncSession,
+    sealer: Sealer,
     session_id: str,
     vector: list[float],
     *,
@@ -115,8 +116,7 @@ async def nearest_messages(
     ]
     if exclude:
         where.append(Artifact.id.not_in(list(exclude)))
-    sealer = sealer_of(db)
-    nearest = (await _ranked(db, where, vector, min_similarity))[:top_k]
+    nearest = (await _ranked(db, sealer, where, vector, min_similarity))[:top_k]
     # The top k's own columns and texts only: the ranking read ids, positions and leaves.
     details = select(Artifact.id, Artifact.kind, Artifact.turn, Artifact.source_ids, Artifact.content,
                      Artifact.content_sealed).where(Artifact.id.in_([r.id for _, r in nearest]))
@@ -133,12 +133,12 @@ async def nearest_messages(
     return out
 
 
-async def unembedded(db: AsyncSession, session_id: str, kinds: Sequence[str]) -> list[Artifact]:
+async def unembedded(db: AsyncSession, sealer: Sealer, session_id: str, kinds: Sequence[str]) -> list[Artifact]:
     """Live artifacts of `kinds` without an embedding (new, or rewritten by a forget)."""
     stmt = select(Artifact).where(
         Artifact.session_id == session_id, Artifact.archived_by.is_(None), _UNEMBEDDED, Artifact.kind.in_(list(kinds))
     )
-    return [a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars())) if not a.erased]
+    return [a for a in await open_artifacts(sealer, list((await db.execute(stmt)).scalars())) if not a.erased]
 
 
 _TEXT_MATCHES = text(
@@ -147,31 +147,34 @@ _TEXT_MATCHES = text(
 ).bindparams(bindparam("bodies", type_=ARRAY(Text)))
 
 
-async def keyword_matches(db: AsyncSession, session_id: str, keyword: str, kinds: Sequence[str]) -> list[str]:
+async def keyword_matches(
+    db: AsyncSession, sealer: Sealer, session_id: str, keyword: str, kinds: Sequence[str]
+) -> list[str]:
     """Live artifacts of `kinds` matching `keyword` under PostgreSQL full-text search (English stemming, web-search
     syntax: `guitar`, `"live in Paris"`, `guitar or piano`), in log order."""
     stmt = select(Artifact).where(
         Artifact.session_id == session_id, Artifact.archived_by.is_(None), Artifact.kind.in_(list(kinds))
     ).order_by(Artifact.position)
-    rows = [a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars())) if not a.erased]
+    rows = [a for a in await open_artifacts(sealer, list((await db.execute(stmt)).scalars())) if not a.erased]
     if not rows:
         return []
     hits = await db.execute(_TEXT_MATCHES, {"bodies": [a.content for a in rows], "keyword": keyword})
     return [rows[ordinal - 1].id for (ordinal,) in hits.all()]
 
 
-async def unembedded_observations(db: AsyncSession, session_id: str, model_kinds: Sequence[str]) -> list[Artifact]:
+async def unembedded_observations(
+    db: AsyncSession, sealer: Sealer, session_id: str, model_kinds: Sequence[str]
+) -> list[Artifact]:
     stmt = select(Artifact).where(
         Artifact.session_id == session_id, _UNEMBEDDED, Artifact.kind.not_in(list(model_kinds))
     )
-    return [a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars())) if not a.erased]
+    return [a for a in await open_artifacts(sealer, list((await db.execute(stmt)).scalars())) if not a.erased]
 
 
-async def set_embeddings(db: AsyncSession, vectors: dict[str, list[float]]) -> None:
+async def set_embeddings(db: AsyncSession, sealer: Sealer, vectors: dict[str, list[float]]) -> None:
     """Each artifact's vector, sealed under its leaf (as plaintext on a row from before migration 0017)."""
     if not vectors:
         return
-    sealer = sealer_of(db)
     stmt = select(Artifact.id, Artifact.tenant_id, Artifact.leaf).where(Artifact.id.in_(list(vectors)))
     for artifact_id, tenant_id, leaf in (await db.execute(stmt)).all():
         vector = vectors[artifact_id]
@@ -183,8 +186,9 @@ async def set_embeddings(db: AsyncSession, vectors: dict[str, list[float]]) -> N
 
 
 async def similar_observations(
-    db: AsyncSession, session_id: str, vector: list[float], min_similarity: float, model_kinds: Sequence[str]
+    db: AsyncSession, sealer: Sealer, session_id: str, vector: list[float], min_similarity: float,
+    model_kinds: Sequence[str],
 ) -> list[str]:
     """Observations whose cosine similarity to `vector` is at least `min_similarity`, most similar first."""
     where = [Artifact.session_id == session_id, Artifact.kind.not_in(list(model_kinds))]
-    return [row.id for _, row in await _ranked(db, where, vector, min_similarity)]
+    return [row.id for _, row in await _ranked(db, sealer, where, vector, min_similarity)]

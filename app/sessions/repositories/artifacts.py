@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Artifact, ProvenanceEdge
 from app.db.statements import InSession, Sql, Statement
+from app.keys.content import Sealer
 from app.keys.errors import Erased
 from app.sessions.repositories.sealing import (
     open_artifacts,
@@ -22,7 +23,6 @@ from app.sessions.repositories.sealing import (
     seal_meta,
     seal_rows,
     seal_vector,
-    sealer_of,
 )
 
 
@@ -51,7 +51,7 @@ class ErasedLog(Exception):
         self.turn = turn
 
 
-async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
+async def load_log(db: AsyncSession, sealer: Sealer, session_id: str) -> list[LogEntry]:
     """The live log, token ids opened; `ErasedLog` at the first artifact a forget shredded."""
     stmt = (
         select(
@@ -70,7 +70,6 @@ async def load_log(db: AsyncSession, session_id: str) -> list[LogEntry]:
         .where(Artifact.session_id == session_id, Artifact.archived_by.is_(None))
         .order_by(Artifact.position)
     )
-    sealer = sealer_of(db)
     log: list[LogEntry] = []
     for r in (await db.execute(stmt)).all():
         try:
@@ -89,10 +88,10 @@ async def token_end(db: AsyncSession, session_id: str) -> int:
     return int((await db.execute(stmt)).scalar_one())
 
 
-async def insert_artifacts(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+async def insert_artifacts(db: AsyncSession, sealer: Sealer, rows: Sequence[dict[str, Any]]) -> None:
     """New artifacts (rows as app/runtime/records.py makes them, an `embedding` optional), stored sealed."""
     if rows:
-        await db.execute(insert(Artifact), await seal_rows(sealer_of(db), rows))
+        await db.execute(insert(Artifact), await seal_rows(sealer, rows))
 
 
 async def insert_edges(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
@@ -100,24 +99,24 @@ async def insert_edges(db: AsyncSession, rows: Sequence[dict[str, Any]]) -> None
         await db.execute(insert(ProvenanceEdge), list(rows))
 
 
-async def list_live(db: AsyncSession, tenant_id: str, session_id: str) -> list[Artifact]:
+async def list_live(db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str) -> list[Artifact]:
     """The live prompt's artifacts in log order (not those a compaction archived)."""
     stmt = (
         select(Artifact)
         .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id, Artifact.archived_by.is_(None))
         .order_by(Artifact.position)
     )
-    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))
 
 
-async def list_all(db: AsyncSession, tenant_id: str, session_id: str) -> list[Artifact]:
+async def list_all(db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str) -> list[Artifact]:
     """Every artifact, archived ones included, in position order: what a forget replays from."""
     stmt = (
         select(Artifact)
         .where(Artifact.session_id == session_id, Artifact.tenant_id == tenant_id)
         .order_by(Artifact.position)
     )
-    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))
 
 
 async def max_position(db: AsyncSession, session_id: str) -> int:
@@ -141,15 +140,15 @@ async def unarchive_from(db: AsyncSession, session_id: str, turn: int) -> None:
     )
 
 
-async def get(db: AsyncSession, tenant_id: str, session_id: str, artifact_id: str) -> Artifact | None:
+async def get(db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str, artifact_id: str) -> Artifact | None:
     stmt = select(Artifact).where(
         Artifact.id == artifact_id, Artifact.session_id == session_id, Artifact.tenant_id == tenant_id
     )
-    return await _one(db, (await db.execute(stmt)).scalar_one_or_none())
+    return await _one(sealer, (await db.execute(stmt)).scalar_one_or_none())
 
 
-async def _one(db: AsyncSession, row: Artifact | None) -> Artifact | None:
-    return None if row is None else (await open_artifacts(db, [row]))[0]
+async def _one(sealer: Sealer, row: Artifact | None) -> Artifact | None:
+    return None if row is None else (await open_artifacts(sealer, [row]))[0]
 
 
 async def parents_of(db: AsyncSession, session_id: str, child_ids: Sequence[str] | None = None) -> dict[str, list[str]]:
@@ -199,7 +198,7 @@ async def _index_walk(db: AsyncSession) -> AsyncIterator[None]:
         await db.execute(select(*(func.set_config(n, v, True) for n, v in zip(_JOIN_SETTINGS, previous, strict=True))))
 
 
-async def closure(db: AsyncSession, tenant_id: str, session_id: str, root_id: str) -> list[Artifact]:
+async def closure(db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str, root_id: str) -> list[Artifact]:
     """The root artifact and everything reachable from it over provenance edges, in log order."""
     cte = _closure_cte(session_id, root_id)
     stmt = (
@@ -210,7 +209,7 @@ async def closure(db: AsyncSession, tenant_id: str, session_id: str, root_id: st
     )
     async with _index_walk(db):
         rows = list((await db.execute(stmt)).scalars())
-    return await open_artifacts(db, rows)
+    return await open_artifacts(sealer, rows)
 
 
 async def closure_ids(db: AsyncSession, session_id: str, root_id: str) -> list[str]:
@@ -231,10 +230,10 @@ async def first_entry(db: AsyncSession, tenant_id: str, session_id: str, source_
     return None if value is None else int(value)
 
 
-async def find(db: AsyncSession, tenant_id: str, artifact_id: str) -> Artifact | None:
+async def find(db: AsyncSession, sealer: Sealer, tenant_id: str, artifact_id: str) -> Artifact | None:
     """An artifact by id in any of the tenant's sessions (a forget target names only the artifact)."""
     stmt = select(Artifact).where(Artifact.id == artifact_id, Artifact.tenant_id == tenant_id)
-    return await _one(db, (await db.execute(stmt)).scalar_one_or_none())
+    return await _one(sealer, (await db.execute(stmt)).scalar_one_or_none())
 
 
 async def edges_from_turn(db: AsyncSession, session_id: str, turn: int) -> list[tuple[str, str]]:
@@ -278,7 +277,7 @@ async def delete_ids(db: AsyncSession, session_id: str, ids: Sequence[str]) -> R
     return _retired((await db.execute(stmt)).scalars().all())
 
 
-async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, Any]]) -> Retired:
+async def rewrite(db: AsyncSession, sealer: Sealer, session_id: str, rows: Sequence[dict[str, Any]]) -> Retired:
     """Update artifacts in place (content, tokens, span, meta), keyed by id; positions are left as they are. Returns
     what it retired, for the forget to shred.
 
@@ -289,9 +288,8 @@ async def rewrite(db: AsyncSession, session_id: str, rows: Sequence[dict[str, An
     forgotten text's meaning searchable."""
     if not rows:
         return Retired()
-    sealer = sealer_of(db)
     stmt = select(Artifact).where(Artifact.session_id == session_id, Artifact.id.in_([row["id"] for row in rows]))
-    current = {a.id: a for a in await open_artifacts(db, list((await db.execute(stmt)).scalars()))}
+    current = {a.id: a for a in await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))}
     retired = Retired()
     for row in rows:
         old = current[row["id"]]
@@ -332,7 +330,7 @@ async def sessions_with_memory(db: AsyncSession | Sql, tenant_id: str, namespace
     return [row["session_id"] for row in rows]
 
 
-async def pending_calls(db: AsyncSession, session_id: str) -> list[Artifact]:
+async def pending_calls(db: AsyncSession, sealer: Sealer, session_id: str) -> list[Artifact]:
     """tool_call artifacts no tool_result answers yet, in log order."""
     answer = Artifact.__table__.alias("answer")
     answered = (
@@ -351,7 +349,7 @@ async def pending_calls(db: AsyncSession, session_id: str) -> list[Artifact]:
         )
         .order_by(Artifact.position)
     )
-    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))
 
 
 async def mark_committed(db: AsyncSession, session_id: str, call_ids: Sequence[str]) -> None:
@@ -367,7 +365,7 @@ async def mark_committed(db: AsyncSession, session_id: str, call_ids: Sequence[s
         )
 
 
-async def tool_calls(db: AsyncSession, session_id: str, call_ids: Sequence[str]) -> list[Artifact]:
+async def tool_calls(db: AsyncSession, sealer: Sealer, session_id: str, call_ids: Sequence[str]) -> list[Artifact]:
     if not call_ids:
         return []
     stmt = select(Artifact).where(
@@ -375,4 +373,4 @@ async def tool_calls(db: AsyncSession, session_id: str, call_ids: Sequence[str])
         Artifact.kind == "tool_call",
         Artifact.meta["tool_call_id"].astext.in_(list(call_ids)),
     )
-    return await open_artifacts(db, list((await db.execute(stmt)).scalars()))
+    return await open_artifacts(sealer, list((await db.execute(stmt)).scalars()))

@@ -15,7 +15,8 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Artifact, Checkpoint, EnvSnapshot, ProvenanceEdge, ToolExecution
-from app.sessions.repositories.sealing import open_artifacts, seal_rows, sealer_of
+from app.keys.content import Sealer
+from app.sessions.repositories.sealing import open_artifacts, seal_rows
 from app.sessions.repositories.settings_sealing import open_state, seal_environment_rows, seal_settings
 
 Row = dict[str, Any]
@@ -37,17 +38,16 @@ def _columns(model: Any, rows: Sequence[Any]) -> list[Row]:
     return [{name: getattr(row, name) for name in names} for row in rows]
 
 
-async def transitions_through(db: AsyncSession, session_id: str, turn: int) -> Transitions:
+async def transitions_through(db: AsyncSession, sealer: Sealer, session_id: str, turn: int) -> Transitions:
     async def rows(model: Any, *where: Any, order: Any = None) -> list[Row]:
         stmt = select(model).where(*where)
         if order is not None:
             stmt = stmt.order_by(order)
         found = list((await db.execute(stmt)).scalars())
-        return _columns(model, await open_artifacts(db, found) if model is Artifact else found)
+        return _columns(model, await open_artifacts(sealer, found) if model is Artifact else found)
 
     async def environments() -> list[Row]:
         found = await rows(EnvSnapshot, EnvSnapshot.session_id == session_id, EnvSnapshot.turn <= turn)
-        sealer = sealer_of(db)
         for row in found:  # opened: the branch seals its copies under its own leaves
             state = await open_state(sealer, row["tenant_id"], row["id"], row["state"], row["state_sealed"])
             row.update(state=state, state_sealed=None, leaf=None)
@@ -64,9 +64,9 @@ async def transitions_through(db: AsyncSession, session_id: str, turn: int) -> T
     )
 
 
-async def insert_session(db: AsyncSession, session: Row, copied: Transitions) -> None:
+async def insert_session(db: AsyncSession, sealer: Sealer, session: Row, copied: Transitions) -> None:
     """The branch in one go: its session row, then the rows that reference it."""
-    sealer, tenant_id = sealer_of(db), session["tenant_id"]
+    tenant_id = session["tenant_id"]
     settings = await seal_settings(sealer, tenant_id, session["id"], session.get("system_prompt"), session.get("tools"))
     await db.execute(insert(AgentSession), [{**session, **settings}])
     environments = await seal_environment_rows(sealer, tenant_id, copied.environments)

@@ -13,6 +13,7 @@ from sqlalchemy import ColumnElement, and_, case, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession
+from app.keys.content import Sealer
 from app.sessions.repositories.settings_sealing import open_sessions
 
 
@@ -31,7 +32,7 @@ def _expiry(ttl_s: float) -> ColumnElement[datetime]:
 
 
 async def take(
-    db: AsyncSession, tenant_id: str, session_id: str, owner: str, ttl_s: float, status: str
+    db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str, owner: str, ttl_s: float, status: str
 ) -> AgentSession | None:
     """The session, leased to `owner` for `ttl_s`; None when another live lease holds it (or no such session)."""
     stmt = (
@@ -44,7 +45,7 @@ async def take(
         return None
     row = select(AgentSession).where(AgentSession.id == session_id).execution_options(populate_existing=True)
     found = (await db.execute(row)).scalar_one()
-    await open_sessions(db, [found])  # populate_existing loaded its settings' columns as stored: sealed
+    await open_sessions(sealer, [found])  # populate_existing loaded its settings' columns as stored: sealed
     return found
 
 
@@ -68,7 +69,7 @@ async def release(db: AsyncSession, session_id: str, owner: str) -> None:
     )
 
 
-async def lock_held(db: AsyncSession, session_id: str, owner: str) -> AgentSession | None:
+async def lock_held(db: AsyncSession, sealer: Sealer, session_id: str, owner: str) -> AgentSession | None:
     """The session row locked for the rest of the transaction, if `owner` still holds its lease (None otherwise).
 
     Only the owner's name is checked, not the expiry: a lease past its expiry that nobody took over is still the
@@ -81,7 +82,7 @@ async def lock_held(db: AsyncSession, session_id: str, owner: str) -> AgentSessi
     )
     row = (await db.execute(stmt)).scalar_one_or_none()
     if row is not None:
-        await open_sessions(db, [row])
+        await open_sessions(sealer, [row])
     return row
 
 

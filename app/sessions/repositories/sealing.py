@@ -12,7 +12,7 @@ wrote (`CLIENT_META`: a document's `source` label), sealed since migration 0021 
 (column "meta") and merged back into `meta` when the row is opened.
 
 Rows written before migration 0017 hold plaintext (`leaf` NULL) and read as before until the online migration seals
-them. The process's `Sealer` reaches these helpers through the unit of work (`Database.seal_with`).
+them. The process's `Sealer` reaches these helpers as an argument, from the service that holds it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.models import Artifact
@@ -34,13 +33,6 @@ TABLE = "artifacts"
 CLIENT_META = ("source",)  # members of `meta` a client wrote: sealed (the rest are ids and bookkeeping)
 _INT32 = np.dtype("<i4")
 _FLOAT32 = np.dtype("<f4")
-
-
-def sealer_of(db: AsyncSession) -> Sealer:
-    sealer = db.info.get("sealer")
-    if not isinstance(sealer, Sealer):
-        raise RuntimeError("no Sealer bound to this database (Database.seal_with): session content cannot be stored")
-    return sealer
 
 
 def binding(tenant_id: str, artifact_id: str, column: str) -> Binding:
@@ -137,11 +129,10 @@ async def open_vector(sealer: Sealer, tenant_id: str, artifact_id: str, plain: A
     return unpack_vector(await sealer.open_bytes(binding(tenant_id, artifact_id, "embedding"), sealed))
 
 
-async def open_artifacts(db: AsyncSession, rows: Sequence[Artifact]) -> list[Artifact]:
+async def open_artifacts(sealer: Sealer, rows: Sequence[Artifact]) -> list[Artifact]:
     """`rows` with their content, tokens and embedding opened in place, as committed values (a flush never writes
     them back). An artifact whose leaf was shredded (a backup restored from before its forget) comes back `erased`,
     with no text and no tokens: the caller renders it as erased and never hands it to an engine."""
-    sealer = sealer_of(db)
     for row in rows:
         if row.leaf is None:
             continue

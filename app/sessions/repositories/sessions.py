@@ -17,18 +17,18 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app.db.models import AgentSession, Artifact, Checkpoint, EnvSnapshot
 from app.db.openai_models import OpenAIConversation, OpenAIResponse
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.pagination import Position
 from app.sessions.repositories.artifacts import Retired
 from app.sessions.repositories.leases import live_status
-from app.sessions.repositories.sealing import sealer_of
 from app.sessions.repositories.settings_sealing import open_sessions, seal_settings
 
 
-async def create(db: AsyncSession, **values: Any) -> AgentSession:
+async def create(db: AsyncSession, sealer: Sealer, **values: Any) -> AgentSession:
     """The session row, its system prompt and tools sealed under a leaf of its own (the object returned holds them
     opened)."""
     system_prompt, tools = values.get("system_prompt"), list(values.get("tools") or [])
-    sealed = await seal_settings(sealer_of(db), values["tenant_id"], values["id"], system_prompt, tools)
+    sealed = await seal_settings(sealer, values["tenant_id"], values["id"], system_prompt, tools)
     row = AgentSession(**{**values, **sealed})
     db.add(row)
     await db.flush()
@@ -37,11 +37,11 @@ async def create(db: AsyncSession, **values: Any) -> AgentSession:
     return row
 
 
-async def get(db: AsyncSession, tenant_id: str, session_id: str) -> AgentSession | None:
+async def get(db: AsyncSession, sealer: Sealer, tenant_id: str, session_id: str) -> AgentSession | None:
     stmt = select(AgentSession).where(AgentSession.id == session_id, AgentSession.tenant_id == tenant_id)
     row = (await db.execute(stmt)).scalar_one_or_none()
     if row is not None:
-        await open_sessions(db, [row])
+        await open_sessions(sealer, [row])
     return row
 
 
@@ -109,7 +109,8 @@ async def delete_checkpoints_from(db: AsyncSession, session_id: str, turn: int) 
 
 
 async def record_forget(
-    db: AsyncSession, session: AgentSession, *, epoch: int, turns: int, token_count: int, system_prompt: str | None
+    db: AsyncSession, sealer: Sealer, session: AgentSession, *, epoch: int, turns: int, token_count: int,
+    system_prompt: str | None,
 ) -> Retired:
     """The swap's last write: the new epoch tells clients (and other processes' caches) the state was rewritten.
     A system prompt the forget changed is sealed again under a fresh leaf, and the old leaf is returned, to shred
@@ -120,7 +121,7 @@ async def record_forget(
         return Retired()
     retired = Retired([session.leaf] if session.leaf is not None else [], int(session.leaf is None))
     tools = list(session.tools or [])
-    sealed = await seal_settings(sealer_of(db), session.tenant_id, session.id, system_prompt, tools)
+    sealed = await seal_settings(sealer, session.tenant_id, session.id, system_prompt, tools)
     await db.execute(update(AgentSession).where(AgentSession.id == session.id).values(**values, **sealed))
     # The object as stored now, its settings opened (never flushed back).
     for name, value in {**sealed, "system_prompt": system_prompt, "tools": tools}.items():
@@ -161,6 +162,7 @@ def _older_than(after: Position | None) -> ColumnElement[bool]:
 
 async def page(
     db: AsyncSession,
+    sealer: Sealer,
     tenant_id: str,
     *,
     after: Position | None,
@@ -177,5 +179,5 @@ async def page(
         stmt = stmt.where(live_status() == status)
     stmt = stmt.order_by(AgentSession.created_at.desc(), AgentSession.id.desc()).limit(limit)
     rows = list((await db.execute(stmt)).scalars())
-    await open_sessions(db, rows)
+    await open_sessions(sealer, rows)
     return rows

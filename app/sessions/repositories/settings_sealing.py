@@ -10,7 +10,7 @@ Leaves come from the session's stream (neighbours of its artifacts' leaves). A b
 its own leaves: deleting one session never erases the other's settings.
 
 Rows written before migration 0021 hold plaintext (`leaf` NULL) and read as before. Like the artifacts' helpers
-(sealing.py), the process's `Sealer` is the unit of work's; opened values are set as committed values on the ORM
+(sealing.py), the process's `Sealer` is an argument; opened values are set as committed values on the ORM
 objects, so a flush never writes them back in the clear.
 """
 
@@ -20,7 +20,6 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.legacy import LegacyJson
@@ -29,7 +28,6 @@ from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.sealed import SealedColumn
-from app.sessions.repositories.sealing import sealer_of
 
 SESSIONS = "sessions"
 ENVIRONMENTS = "env_snapshots"
@@ -62,17 +60,15 @@ async def seal_settings(
     return {"leaf": leaf, "settings_sealed": sealed, "system_prompt": None, "tools": None}
 
 
-async def open_sessions(db: AsyncSession, rows: Sequence[AgentSession]) -> None:
+async def open_sessions(sealer: Sealer, rows: Sequence[AgentSession]) -> None:
     """`rows` with their system prompt and tools opened in place, as committed values. A session whose settings leaf
     was shredded (a backup restored from before its deletion, or from before a forget rewrote its system prompt)
     opens with no system prompt and no tools."""
-    sealer: Sealer | None = None
     for row in rows:
         if row.leaf is None or row.settings_sealed is None:
             if row.tools is None:  # the opened values of a row sealed meanwhile were never read: nothing to show
                 set_committed_value(row, "tools", [])
             continue
-        sealer = sealer or sealer_of(db)
         try:
             document = await sealer.open_json(settings_binding(row.tenant_id, row.id), row.settings_sealed)
         except Erased:

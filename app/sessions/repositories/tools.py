@@ -15,14 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AgentSession, Checkpoint, EnvSnapshot, ToolExecution
 from app.ids import new_id
+from app.keys.content import Sealer
 from app.sessions.repositories.artifacts import Retired
-from app.sessions.repositories.sealing import sealer_of
 from app.sessions.repositories.settings_sealing import open_state, seal_state
 from app.tool_calls import INITIAL_STATE, ToolCall
 
 
 async def environment(
-    db: AsyncSession, session_id: str, *, before_turn: int | None = None
+    db: AsyncSession, sealer: Sealer, session_id: str, *, before_turn: int | None = None
 ) -> tuple[str | None, dict[str, Any]]:
     """(snapshot id, state) of the latest snapshot (before `before_turn` when given); the initial state if none."""
     stmt = select(EnvSnapshot).where(EnvSnapshot.session_id == session_id)
@@ -31,17 +31,17 @@ async def environment(
     row = (await db.execute(stmt.order_by(EnvSnapshot.turn.desc()).limit(1))).scalar_one_or_none()
     if row is None:
         return None, copy.deepcopy(INITIAL_STATE)
-    state = await open_state(sealer_of(db), row.tenant_id, row.id, row.state, row.state_sealed)
+    state = await open_state(sealer, row.tenant_id, row.id, row.state, row.state_sealed)
     # A shredded snapshot (a backup restored from before a forget deleted it) restores the initial environment.
     return row.id, copy.deepcopy(INITIAL_STATE) if state is None else state
 
 
-async def save_environment(db: AsyncSession, session_id: str, turn: int, state: dict[str, Any]) -> str:
+async def save_environment(db: AsyncSession, sealer: Sealer, session_id: str, turn: int, state: dict[str, Any]) -> str:
     """The snapshot, sealed under a fresh leaf. A snapshot already at `turn` is replaced (a new id, a new leaf: the
     binding names the id); transitions rewrite a turn only after `delete_environments_from`, which retires it."""
     snapshot_id = new_id("env")
     tenant_id = (await db.execute(select(AgentSession.tenant_id).where(AgentSession.id == session_id))).scalar_one()
-    sealed = await seal_state(sealer_of(db), tenant_id, session_id, snapshot_id, state)
+    sealed = await seal_state(sealer, tenant_id, session_id, snapshot_id, state)
     await db.execute(
         insert(EnvSnapshot)
         .values(id=snapshot_id, session_id=session_id, turn=turn, **sealed)
