@@ -29,6 +29,7 @@ beside vLLM ignores the key and recomputes: still exact, only slower, and the re
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 PATCHED = "_lethe_cpu_generator_rewind"  # marks the model runner class once patched (plugins may load twice)
@@ -43,13 +44,16 @@ def register() -> None:
 
 
 def _prefix_cache_reads() -> None:
-    try:  # the module of vLLM 0.32; another vLLM keeps its own behaviour (reads off), and the engine decodes
+    try:  # the modules of vLLM 0.32; another vLLM keeps its own behaviour (reads off), and the engine decodes
+        from vllm.entrypoints.openai.completion import serving
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
     except ImportError:
         return
-    if getattr(CompletionRequest, PATCHED_READS, False) or not hasattr(CompletionRequest, "to_sampling_params"):
+    if getattr(CompletionRequest, PATCHED_READS, False) or not (
+        hasattr(CompletionRequest, "to_sampling_params") and hasattr(serving, "clamp_prompt_logprobs")
+    ):
         return
-    to_sampling_params = CompletionRequest.to_sampling_params
+    to_sampling_params, clamp = CompletionRequest.to_sampling_params, serving.clamp_prompt_logprobs
 
     def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
         params = to_sampling_params(self, *args, **kwargs)
@@ -58,8 +62,26 @@ def _prefix_cache_reads() -> None:
             params.detokenize = False
         return params
 
+    def clamped(prompt_logprobs: Any) -> Any:
+        return clamp(unfilled(prompt_logprobs))
+
     CompletionRequest.to_sampling_params = patched  # type: ignore[method-assign]
+    serving.clamp_prompt_logprobs = clamped
     setattr(CompletionRequest, PATCHED_READS, True)
+
+
+def unfilled(prompt_logprobs: list[Any] | None) -> list[Any] | None:
+    """The rows of positions the cache served, which vLLM leaves as its uninitialised buffer when reads stay on (only
+    for Lethe's verifying requests): negative token ids, NaN or infinite logprobs, which no JSON answer carries (the
+    fleet then answered 400, "Out of range float values are not JSON compliant"). Such a row becomes None, as the
+    first position's is; a row of junk that looks valid may stay, and vllm_verify.py reads no row the cache served."""
+    if prompt_logprobs is None:
+        return None
+    return [
+        None if row is None or any(token < 0 or not math.isfinite(entry.logprob) for token, entry in row.items())
+        else row
+        for row in prompt_logprobs
+    ]
 
 
 def _cpu_generator_rewind() -> None:

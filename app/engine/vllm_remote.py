@@ -275,9 +275,12 @@ class VLLMRemoteEngine:
             return Generation(token_ids=[], text="", finish_reason="length", usage=TokenUsage())
         checked = None
         if self.verifies:
-            checked = await vllm_verify.greedy(
-                partial(self._verifying, client, handle), sampling, log_ids, draft, room, self.chat.stop_token_ids
-            )
+            try:
+                checked = await vllm_verify.greedy(
+                    partial(self._verifying, client, handle), sampling, log_ids, draft, room, self.chat.stop_token_ids
+                )
+            except ValueError as exc:  # the fleet refused the verifying request: decoding is what it replaces
+                log.warning("the vllm fleet refused a verification, decoding instead: %s", exc)
         if checked is not None:
             generation = vllm_verify.generation(self.chat, sampling, checked, len(draft or []))
         else:

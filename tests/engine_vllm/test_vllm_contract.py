@@ -5,10 +5,12 @@ test_vllm_remote.py wherever vLLM is installed."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import httpx
 import pytest
+from vllm.logprobs import Logprob
 
 from app.engine.chat import ChatMLTemplate, load_chat_template
 from app.engine.model_store import resolve_model
@@ -16,6 +18,7 @@ from app.engine.protocol import Generation, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_common import cache_salt, to_generation, vllm_seed
 from app.engine.vllm_local import VLLMEngine
+from app.engine.vllm_plugin import unfilled
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
 from app.errors import EngineUnavailable
 from app.runtime.engine_calls import use_salt
@@ -77,6 +80,7 @@ class ScriptedFleet:
         self.completions: list[dict[str, Any]] = []
         self.broken = False
         self.overreport = False  # report more cached tokens than the prompt holds
+        self.refuses_verification = False  # answer a request asking prompt logprobs with a 400
         self.reply = chat.encode(" Hi there")
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -90,6 +94,8 @@ class ScriptedFleet:
             self.completions.append(body)
             if self.broken:
                 return httpx.Response(500, text="engine dead")
+            if self.refuses_verification and "prompt_logprobs" in body:
+                return httpx.Response(400, json={"error": {"message": "Out of range float values"}})
             if body["prompt"] and max(body["prompt"]) > 49151:
                 return httpx.Response(400, json={"error": {"message": "token id out of vocabulary"}})
             sampled = self.reply[: body["max_tokens"]]
@@ -192,9 +198,15 @@ async def test_a_fleet_without_lethes_plugin_decodes_replays(chat: ChatMLTemplat
     assert (reply.usage.verified, reply.usage.decoded) == (0, len(fleet.reply) + 1)
     await engine.close()
 
-    with_plugin = remote(ScriptedFleet(chat))
+    plugged = ScriptedFleet(chat)
+    with_plugin = remote(plugged)
     await with_plugin.start()
     assert with_plugin.verifies
+    plugged.refuses_verification = True  # a verification the fleet refuses decodes instead of failing the replay
+    handle = await with_plugin.open("s", salt="tenant-a", tokens=prompt)
+    reply = await with_plugin.generate(handle, Sampling(temperature=0, max_tokens=50), draft=list(plugged.reply))
+    assert "prompt_logprobs" in plugged.completions[-2] and "prompt_logprobs" not in plugged.completions[-1]
+    assert reply.token_ids == plugged.reply and reply.usage.verified == 0
     await with_plugin.close()
 
 
@@ -228,3 +240,13 @@ async def test_remote_maps_fleet_errors_and_keeps_the_log(chat: ChatMLTemplate) 
         await engine.generate(handle, Sampling())
     assert handle.tokens == [1, 2, 3] and stored.tokens == [60000]
     await engine.close()
+
+
+def test_the_plugin_drops_the_rows_a_cached_prompt_left_unfilled() -> None:
+    """With cache reads kept for a verifying completion, vLLM answers the cached positions' prompt logprobs from an
+    uninitialised buffer: a NaN there made the fleet answer 400 ("Out of range float values are not JSON compliant",
+    met in bench.forget_bench), a negative id crashed its detokenizer. Such rows become None; computed rows stay."""
+    computed = {17: Logprob(-0.5, 1, None), 23: Logprob(-1.5, 2, None)}
+    rows = [None, {-4: Logprob(0.0, 1, None)}, {5: Logprob(math.nan, 1, None)}, {6: Logprob(math.inf, 3, None)},
+            computed]
+    assert unfilled(rows) == [None, None, None, None, computed] and unfilled(None) is None
