@@ -70,6 +70,8 @@ class ThreadCheckpoint(Base):
     __table_args__ = (
         _thread_fk(), Index("ix_thread_checkpoints_run_id", "tenant_id", text("(metadata ->> 'run_id')")),
         Index("ix_thread_checkpoints_run", "tenant_id", "run_id"),
+        # The tenant's checkpoints newest first across threads (LangGraph's list(None)), migration 0027.
+        Index("ix_thread_checkpoints_listing", "tenant_id", "checkpoint_id", "thread_id", "checkpoint_ns"),
         _sealed_under_leaf("checkpoint"),
         CheckConstraint(
             "(metadata IS NULL) <> (metadata_sealed IS NULL) AND (metadata_sealed IS NULL) = (leaf IS NULL)",

@@ -71,7 +71,7 @@ class PageQuery:
     cursor: str | None
 
 
-def page_query(
+async def page_query(
     checkpoint_ns: Annotated[str | None, Query(
         max_length=500, pattern=TEXT_PATTERN, description="Only this namespace; absent: every namespace"
     )] = None,
@@ -82,6 +82,8 @@ def page_query(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> PageQuery:
+    # `async def` on purpose, as app/web/deps.py's: FastAPI runs a plain `def` dependency in its thread pool, a thread
+    # hop on every listing (get_tuple of a thread's latest checkpoint is one).
     return PageQuery(checkpoint_ns, before, metadata, limit, cursor)
 
 

@@ -235,7 +235,8 @@ class ThreadService:
         after = decode_cursor(cursor) if cursor is not None else None
         async with self.db.pg() as sql:
             rows = await reads.page(sql, self.sealer, tenant_id, thread_id, checkpoint_ns=checkpoint_ns,
-                                          before=before, after=after, metadata=filter_, limit=limit + 1)
+                                          before=before, after=after, metadata=filter_, limit=limit + 1,
+                                          fill=limit)
         last = rows[limit - 1] if len(rows) > limit else None
         return CheckpointPage(
             checkpoints=[_out(thread_id, r) for r in rows[:limit]],
@@ -251,7 +252,8 @@ class ThreadService:
         after = decode_tenant_cursor(cursor) if cursor is not None else None
         async with self.db.pg() as sql:
             rows = await reads.tenant_page(sql, self.sealer, tenant_id, checkpoint_ns=checkpoint_ns,
-                                                 before=before, after=after, metadata=filter_, limit=limit + 1)
+                                                 before=before, after=after, metadata=filter_, limit=limit + 1,
+                                                 fill=limit)
         last = rows[limit - 1] if len(rows) > limit else None
         return CheckpointPage(
             checkpoints=[_out(thread_id, stored) for thread_id, stored in rows[:limit]],

@@ -1,0 +1,157 @@
+"""The tenant's checkpoint listing (`GET /v1/threads:checkpoints`, LangGraph's list(None)) is served by its index
+(migration 0027, `ix_thread_checkpoints_listing`): PostgreSQL's plan of the exact statement the repository sends, for
+every combination of `before` and cursor, as a custom plan and as the generic plan a prepared statement falls back to,
+is a scan of that index stopped at the LIMIT, with the bounds as index conditions and no Sort of the tenant's rows.
+Without the index (dropped in a transaction that is rolled back) the same check fails: the test tells them apart.
+
+Thousands of checkpoints are seeded with SQL (rows from before sealing: a leaf of NULL, so no key is needed); the
+route then pages through them in the order the index gives."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+import httpx
+
+from app.threads.repositories.reads import tenant_listing
+from tests.support import sql
+
+INDEX = "ix_thread_checkpoints_listing"
+THREADS, PER_THREAD = 40, 100
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]
+
+
+def _listing_scan(plan: dict[str, Any]) -> dict[str, Any]:
+    """The node that reads thread_checkpoints for the page, after checking that nothing sorts its rows: the LIMIT
+    over it has no Sort below it."""
+    limits = [n for n in _nodes(plan) if n["Node Type"] == "Limit"
+              and any(m.get("Relation Name") == "thread_checkpoints" for m in _nodes(n))]
+    assert len(limits) == 1, json.dumps(plan)
+    below = _nodes(limits[0])[1:]
+    assert not [n for n in below if n["Node Type"] in ("Sort", "Incremental Sort")], json.dumps(limits[0])
+    (scan,) = [n for n in below if n.get("Relation Name") == "thread_checkpoints"]
+    return scan
+
+
+def _assert_index_serves(plan: dict[str, Any], bounds: list[str]) -> None:
+    scan = _listing_scan(plan)
+    assert scan["Node Type"] in ("Index Scan", "Index Only Scan"), json.dumps(scan)
+    assert scan["Index Name"] == INDEX and scan["Scan Direction"] == "Backward", json.dumps(scan)
+    for bound in bounds:  # a bound the scan starts from, not a filter applied to every entry of the tenant
+        assert bound in scan["Index Cond"], json.dumps(scan)
+
+
+async def _plans(database_url: str, tenant_id: str, cases: list[dict[str, Any]], *, drop: bool) -> list[Any]:
+    """EXPLAIN (FORMAT JSON) of each case's statement: the custom plan for its parameters and the generic plan.
+    `drop`: with the index dropped, in a transaction rolled back afterwards."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute("SET LOCAL lock_timeout = '10s'")
+            if drop:
+                await conn.execute(f"DROP INDEX {INDEX}")
+            found = []
+            for n, case in enumerate(cases):
+                statement, params = tenant_listing(tenant_id, **case)
+                args = statement.args(params)
+                custom = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {statement.dollar}", *args)
+                # The plan a prepared statement is given once PostgreSQL stops planning it per execution.
+                await conn.execute(f"PREPARE listing{n} AS {statement.dollar}")
+                await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                literals = [await conn.fetchval("SELECT quote_nullable($1::text)", None if a is None else str(a))
+                            for a in args]  # EXPLAIN EXECUTE takes no parameters of its own
+                generic = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE listing{n}({', '.join(literals)})")
+                await conn.execute("SET LOCAL plan_cache_mode = auto")
+                found.append((json.loads(custom)[0]["Plan"], json.loads(generic)[0]["Plan"]))
+            return found
+        finally:
+            await transaction.rollback()
+    finally:
+        await conn.close()
+
+
+def _seed(database_url: str, tenant_id: str, run: str) -> list[tuple[str, str]]:
+    """THREADS threads of PER_THREAD checkpoints each, the same ids in every thread (ties broken by thread id);
+    answers (checkpoint_id, thread_id) of every row, the listing's order (ids and thread ids are digits and lowercase
+    letters of one length: every collation orders them as Python does)."""
+    threads = [f"lst{run}{t:03d}" for t in range(THREADS)]
+
+    sql(database_url, "INSERT INTO threads (tenant_id, thread_id) SELECT $1, unnest($2::text[])", tenant_id, threads)
+    sql(database_url, """
+        INSERT INTO thread_checkpoints
+               (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata, versions,
+                generation)
+        SELECT $1, t, '', lpad(i::text, 6, '0'), NULL, 'msgpack', '\\x80'::bytea, '{}'::jsonb, '{}'::jsonb, 0
+          FROM unnest($2::text[]) t, generate_series(0, $3 - 1) i
+        """, tenant_id, threads, PER_THREAD)
+    rows = [(f"{i:06d}", thread) for thread in threads for i in range(PER_THREAD)]
+    return sorted(rows, reverse=True)
+
+
+def test_the_tenant_listing_is_an_index_scan_from_its_cursor(
+    fresh_tenant: httpx.Client, database_url: str
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    assert fresh_tenant.put(f"/v1/threads/lst{run}seed/checkpoints/{PER_THREAD:06d}", json={
+        "checkpoint_ns": "", "parent_id": None, "checkpoint": {"type": "msgpack", "data": "gA=="},
+        "metadata": {}, "channel_versions": {}, "blobs": [],
+    }).status_code == 200
+    (tenant_row,) = sql(database_url, "SELECT tenant_id FROM threads WHERE thread_id = $1", f"lst{run}seed")
+    tenant_id = tenant_row["tenant_id"]
+    expected = [(f"{PER_THREAD:06d}", f"lst{run}seed"), *_seed(database_url, tenant_id, run)]
+
+    cursor_row = {"checkpoint_id": "000070", "thread_id": f"lst{run}020", "checkpoint_ns": ""}
+    cases = [
+        {"checkpoint_ns": None, "before": None, "after": None, "limit": 101},
+        {"checkpoint_ns": None, "before": "000050", "after": None, "limit": 101},
+        {"checkpoint_ns": None, "before": None, "after": cursor_row, "limit": 101},
+        {"checkpoint_ns": None, "before": "000090", "after": cursor_row, "limit": 101},
+        {"checkpoint_ns": "", "before": "000090", "after": cursor_row, "limit": 101},
+    ]
+    before = "((checkpoint_id)::text < "
+    after = "ROW((checkpoint_id)::text, (thread_id)::text, (checkpoint_ns)::text) < "
+    bounds = [[], [before], [after], [before, after], [before, after]]
+    plans = _plans_of(database_url, tenant_id, cases, drop=False)
+    for (custom, generic), wanted in zip(plans, bounds, strict=True):
+        _assert_index_serves(custom, wanted)
+        _assert_index_serves(generic, wanted)
+
+    # The check fails without the index: the tenant's rows are sorted (or scanned by another index) instead.
+    for custom, generic in _plans_of(database_url, tenant_id, cases, drop=True):
+        for plan in (custom, generic):
+            try:
+                _assert_index_serves(plan, [])
+            except AssertionError:
+                continue
+            raise AssertionError(f"the plan passes without {INDEX}: {json.dumps(plan)}")
+
+    # The route pages through the tenant's checkpoints in that order, with and without `before`.
+    def listing(**params: Any) -> list[tuple[str, str]]:
+        seen: list[tuple[str, str]] = []
+        cursor = None
+        while True:
+            answer = fresh_tenant.get("/v1/threads:checkpoints",
+                                      params={**params, **({"cursor": cursor} if cursor else {})})
+            assert answer.status_code == 200, answer.text
+            page = answer.json()
+            seen += [(c["checkpoint_id"], c["thread_id"]) for c in page["checkpoints"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return seen
+
+    assert listing(limit=700) == expected
+    assert listing(limit=333, before="000050") == [row for row in expected if row[0] < "000050"]
+
+
+def _plans_of(database_url: str, tenant_id: str, cases: list[dict[str, Any]], *, drop: bool) -> list[Any]:
+    return asyncio.run(_plans(database_url, tenant_id, cases, drop=drop))
+
