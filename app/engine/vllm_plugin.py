@@ -74,14 +74,14 @@ def unfilled(prompt_logprobs: list[Any] | None) -> list[Any] | None:
     """The rows of positions the cache served, which vLLM leaves as its uninitialised buffer when reads stay on (only
     for Lethe's verifying requests): negative token ids, NaN or infinite logprobs, which no JSON answer carries (the
     fleet then answered 400, "Out of range float values are not JSON compliant"). Such a row becomes None, as the
-    first position's is; a row of junk that looks valid may stay, and vllm_verify.py reads no row the cache served."""
+    first position's is, in place: the completion's choice is built from the request output's own list, not from
+    what the clamp returns. A row of junk that looks valid may stay; vllm_verify.py reads no row the cache served."""
     if prompt_logprobs is None:
         return None
-    return [
-        None if row is None or any(token < 0 or not math.isfinite(entry.logprob) for token, entry in row.items())
-        else row
-        for row in prompt_logprobs
-    ]
+    for position, row in enumerate(prompt_logprobs):
+        if row is not None and any(token < 0 or not math.isfinite(entry.logprob) for token, entry in row.items()):
+            prompt_logprobs[position] = None
+    return prompt_logprobs
 
 
 def _cpu_generator_rewind() -> None:

@@ -249,4 +249,5 @@ def test_the_plugin_drops_the_rows_a_cached_prompt_left_unfilled() -> None:
     computed = {17: Logprob(-0.5, 1, None), 23: Logprob(-1.5, 2, None)}
     rows = [None, {-4: Logprob(0.0, 1, None)}, {5: Logprob(math.nan, 1, None)}, {6: Logprob(math.inf, 3, None)},
             computed]
-    assert unfilled(rows) == [None, None, None, None, computed] and unfilled(None) is None
+    assert unfilled(rows) is rows and unfilled(None) is None  # in place: vLLM's choice is built from its own list
+    assert rows == [None, None, None, None, computed]

@@ -22,6 +22,7 @@ from app.engine.model_store import resolve_model
 from app.engine.protocol import KVEngine, Sampling, TokenUsage
 from app.engine.sampling import transition_seed
 from app.engine.vllm_remote import RemoteEngineError, VLLMRemoteEngine
+from app.engine.vllm_remote_wire import verifying
 from tests.engine_vllm.vllm_helpers import BLOCK, GREEDY, facts, salt, sampled, user_turn
 from tests.support import MODEL_CACHE, free_port
 
@@ -217,6 +218,26 @@ async def test_a_replayed_reply_is_verified_on_the_fleet(engine: VLLMRemoteEngin
     assert (same.usage.verified, same.usage.decoded) == (drafted, 0)
     assert same.usage.reused == log // BLOCK * BLOCK  # the cache served the log's full blocks: not computed again
     assert (corrected.usage.verified, corrected.usage.decoded) == (3, drafted - 3)
+
+
+async def test_verifying_completions_answer_whatever_the_cache_left_in_its_buffers(
+    engine: VLLMRemoteEngine, fleet: Fleet
+) -> None:
+    """A verifying completion over a cached prompt: vLLM answers the cached positions' prompt logprobs from an
+    uninitialised buffer, whose NaNs made it answer 400 about one time in three before the plugin dropped those rows.
+    Ten in a row, each over a prompt cached just before under a salt of its own, all answer, with every row past the
+    cache present."""
+    prompt = facts(engine.chat)
+    async with httpx.AsyncClient(base_url=fleet.url, timeout=120) as client:
+        for _ in range(10):
+            base = {"model": SERVED, "max_tokens": 1, "temperature": 0, "cache_salt": salt(), "return_token_ids": True}
+            (await client.post("/v1/completions", json={**base, "prompt": prompt})).raise_for_status()
+            asking = {**base, "prompt": [*prompt, prompt[0]], **verifying(ask_prompt=True)}
+            answer = await client.post("/v1/completions", json=asking)
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert cached > 0 and all(row is not None for row in body["choices"][0]["prompt_logprobs"][cached + 1 :])
 
 
 async def test_start_refuses_a_fleet_that_does_not_serve_the_model(fleet: Fleet) -> None:
