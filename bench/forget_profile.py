@@ -11,7 +11,8 @@ py-spy`) and pass `--py-spy DIR/bin/py-spy`.
 
 Reports the forget's wall time, its receipt's token counts, and the sampled seconds by where they went: the engine
 thread's decode steps, observation prefills and verification passes, the forget's own Python and database work (the
-executor, heartbeats, session leases), and request handling. Writes bench/results/forget_profile.json.
+executor, heartbeats, session leases), and request handling; and the CPU seconds the embedded PostgreSQL spent
+meanwhile (read from /proc: py-spy sees Python only). Writes bench/results/forget_profile.json.
 """
 
 from __future__ import annotations
@@ -61,6 +62,25 @@ def places(raw: Path, rate: int) -> dict[str, float]:
     return dict(seconds)
 
 
+def postgres_cpu_s(data_dir: Path) -> float:
+    """CPU seconds (user + system) spent so far by the embedded PostgreSQL under `data_dir`: its postmaster (the
+    process whose command line names the directory) and the backends it forked (py-spy samples Python only)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    postmasters = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if str(data_dir).encode() in (entry / "cmdline").read_bytes():
+                postmasters.append(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    return sum(cpu for pid, (parent, cpu) in stats.items() if pid in postmasters or parent in postmasters)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tau", type=int, default=4)
@@ -83,9 +103,11 @@ def main() -> None:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
             )
             time.sleep(2)  # py-spy attaches: nothing to wait on but its start
+            postgres_before = postgres_cpu_s(server.data_dir)
             try:
                 job, wall_s = forget(client, target, "selective_replay", 600)
             finally:
+                postgres_s = postgres_cpu_s(server.data_dir) - postgres_before
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=120)
     tokens: dict[str, Any] = job["sessions"][0]["tokens"]
@@ -94,6 +116,7 @@ def main() -> None:
         "engine": args.engine, "tau": args.tau, "wall_s": round(wall_s, 2), "tokens": tokens,
         "transitions_replayed": job["sessions"][0]["transitions_replayed"],
         "seconds": {k: round(v, 2) for k, v in sorted(sampled.items(), key=lambda kv: -kv[1])},
+        "postgres_cpu_s": round(postgres_s, 2),
         "load_avg": os.getloadavg(),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
