@@ -210,8 +210,12 @@ class VLLMRemoteEngine:
         salt, route = secrets.token_hex(8), f"lethe-verification-probe-{secrets.token_hex(4)}"
         greedy = Sampling(temperature=0, max_tokens=1)
         await self._complete(client, prompt, greedy, salt=salt, route=route)
-        body = await self._complete(client, [*prompt, prompt[0]], greedy, salt=salt, route=route,
-                                    extra=verifying(ask_prompt=True))
+        try:
+            body = await self._complete(client, [*prompt, prompt[0]], greedy, salt=salt, route=route,
+                                        extra=verifying(ask_prompt=True))
+        except ValueError as refused:  # a vLLM that does not take a verifying request's fields
+            log.warning("the vllm fleet refuses a verifying request (%s): replays decode every reply", refused)
+            return False
         reads = usage_of(body, len(prompt) + 1).reused > 0
         if not reads:
             log.warning("the vllm fleet recomputes a prompt that asks for logprobs: replays decode every reply "

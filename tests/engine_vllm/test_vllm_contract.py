@@ -202,6 +202,12 @@ async def test_a_fleet_without_lethes_plugin_decodes_replays(chat: ChatMLTemplat
     with_plugin = remote(plugged)
     await with_plugin.start()
     assert with_plugin.verifies
+    refusing = ScriptedFleet(chat)
+    refusing.refuses_verification = True  # a vLLM that does not take a verifying request's fields: it still starts
+    other = remote(refusing)
+    await other.start()
+    assert other.ready and not other.verifies
+    await other.close()
     plugged.refuses_verification = True  # a verification the fleet refuses decodes instead of failing the replay
     handle = await with_plugin.open("s", salt="tenant-a", tokens=prompt)
     reply = await with_plugin.generate(handle, Sampling(temperature=0, max_tokens=50), draft=list(plugged.reply))
