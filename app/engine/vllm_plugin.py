@@ -72,14 +72,16 @@ def _prefix_cache_reads() -> None:
 
 def unfilled(prompt_logprobs: list[Any] | None) -> list[Any] | None:
     """The rows of positions the cache served, which vLLM leaves as its uninitialised buffer when reads stay on (only
-    for Lethe's verifying requests): negative token ids, NaN or infinite logprobs, which no JSON answer carries (the
+    for Lethe's verifying requests): negative token ids, NaN or +inf logprobs, which no JSON answer carries (the
     fleet then answered 400, "Out of range float values are not JSON compliant"). Such a row becomes None, as the
     first position's is, in place: the completion's choice is built from the request output's own list, not from
     what the clamp returns. A row of junk that looks valid may stay; vllm_verify.py reads no row the cache served."""
     if prompt_logprobs is None:
         return None
     for position, row in enumerate(prompt_logprobs):
-        if row is not None and any(token < 0 or not math.isfinite(entry.logprob) for token, entry in row.items()):
+        # -inf is left to vLLM's own clamp (-9999): a computed row of any request may hold it (a masked token).
+        if row is not None and any(token < 0 or math.isnan(entry.logprob) or entry.logprob == math.inf
+                                   for token, entry in row.items()):
             prompt_logprobs[position] = None
     return prompt_logprobs
 

@@ -253,7 +253,8 @@ def test_the_plugin_drops_the_rows_a_cached_prompt_left_unfilled() -> None:
     uninitialised buffer: a NaN there made the fleet answer 400 ("Out of range float values are not JSON compliant",
     met in bench.forget_bench), a negative id crashed its detokenizer. Such rows become None; computed rows stay."""
     computed = {17: Logprob(-0.5, 1, None), 23: Logprob(-1.5, 2, None)}
+    masked = {17: Logprob(-0.5, 1, None), 9: Logprob(-math.inf, 2, None)}  # a computed row may hold -inf: kept
     rows = [None, {-4: Logprob(0.0, 1, None)}, {5: Logprob(math.nan, 1, None)}, {6: Logprob(math.inf, 3, None)},
-            computed]
+            computed, masked]
     assert unfilled(rows) is rows and unfilled(None) is None  # in place: vLLM's choice is built from its own list
-    assert rows == [None, None, None, None, computed]
+    assert rows == [None, None, None, None, computed, masked]
