@@ -10,7 +10,7 @@ loaders), beside `--others` messages over 100 other sessions:
   sealed), with a real `Sealer` over the `local` key provider in a temporary directory; queried with the runtime's
   own `artifact_search.nearest_messages` (top 5, min_similarity -1), which reads the candidates without their
   ciphertexts, opens only the vectors its `Sealer` has not opened yet at that row version (one AES-GCM call each,
-  then kept in `Sealer.vectors`), ranks them with numpy, and opens the top 5 texts;
+  then kept by the `Sealer`, `recall`), ranks them with numpy, and opens the top 5 texts;
 - **clear**, as before sealing (`be86ddb`): the same vectors in the pgvector column, queried with the old
   `nearest_messages` statement (ranked by PostgreSQL: `ORDER BY embedding <=> :q, position LIMIT 5`), copied here.
 Both return the same 5 positions for every query (checked). Timed: `--repeats` random queries each, median and p95,
@@ -137,7 +137,7 @@ async def timed(db: Database, sealer: Sealer, query: Query, session_id: str, q: 
 
 
 async def stages(db: Database, sealer: Sealer, session_id: str, q: list[float], before_turn: int) -> dict[str, float]:
-    """One sealed query that opens every vector (the path before `Sealer.vectors`), step by step (ms per step)."""
+    """One sealed query that opens every vector (the path before the `Sealer` kept them), step by step (ms per step)."""
     out: dict[str, float] = {}
     async with db.transaction() as tx:
         t0 = time.perf_counter()

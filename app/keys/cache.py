@@ -40,16 +40,29 @@ class KeyCache(Generic[V]):
             self._keys.move_to_end(name)
             return found[1]
 
-    def put(self, name: Hashable, key: V) -> None:
+    def put(self, name: Hashable, key: V, *, until: float | None = None) -> None:
+        """Cached for the time to live, or until `until` (this cache's clock) if that is sooner: what was derived from
+        another cached key expires with it (`expiry`)."""
         with self._lock:
-            self._keys[name] = (self._clock() + self._ttl_s, key)
+            expires = self._clock() + self._ttl_s
+            self._keys[name] = (expires if until is None else min(expires, until), key)
             self._keys.move_to_end(name)
             while len(self._keys) > self._capacity:
                 self._keys.popitem(last=False)
 
+    def expiry(self, name: Hashable) -> float | None:
+        """When `name` expires (this cache's clock); None when it is not cached (never, dropped or expired)."""
+        with self._lock:
+            found = self._keys.get(name)
+            return None if found is None or found[0] <= self._clock() else found[0]
+
     @property
     def ttl_s(self) -> float:
         return self._ttl_s
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
 
     def replace(self, name: Hashable, key: V) -> None:
         """A new value under its old expiry (a cover punctured here is no fresher for the leaves it did not touch)."""

@@ -31,29 +31,45 @@ async def _nobody(_tenant: str, _leaves: list[int]) -> None:
     return None
 
 
-# Opened embeddings a process keeps (`Sealer.vectors`): 50k of MiniLM's 384 float32 dimensions are about 77 MB.
-VECTORS = 50_000
+# Content a process keeps opened (`Sealer.recall`): up to this many leaves, and a few items under each (an artifact's
+# vector; a memory record's recent versions and their embeddings). 50k leaves of MiniLM vectors are about 77 MB.
+OPENED = 50_000
+_PER_LEAF = 8
 
 
 class Sealer:
     def __init__(self, keyring: Keyring, leaves: Leaves, *, announce: Announce = _nobody,
-                 vectors: int = VECTORS) -> None:
+                 opened: int = OPENED) -> None:
         self.keyring = keyring
         self.leaves = leaves
         self.announce = announce
-        # Embeddings opened here, by leaf (one per artifact): a retrieval turn ranks its session's vectors again and
-        # again. Plaintext like the keys, so bounded and dropped like them: by every shred (this process's, and
-        # other processes' through `forget_cached`), within the key caches' time to live at the latest.
-        self.vectors: KeyCache[tuple[str, str, Any]] = KeyCache(capacity=vectors, ttl_s=keyring.ciphers.ttl_s)
+        # What was opened here, by leaf: a retrieval turn ranks its session's vectors again and again, a memory search
+        # filters and ranks the same records. Plaintext like the keys, so bounded and dropped with them: by every
+        # shred (this process's, and other processes' through `forget_cached`), and never kept past the expiry of
+        # the cached key it was opened with (`keep`), so within the key caches' time to live at the latest.
+        self.opened: KeyCache[dict[Hashable, Any]] = KeyCache(
+            capacity=opened, ttl_s=keyring.ciphers.ttl_s, clock=keyring.ciphers.clock)
 
-    def opened_vector(self, tenant: str, leaf: int, artifact_id: str, version: str) -> Any | None:
-        """The vector this process opened for the artifact's row `version` (PostgreSQL's `xmin`: an embedding
-        rewritten under the same leaf is another row version), or None."""
-        found = self.vectors.get((tenant, leaf))
-        return found[2] if found is not None and found[:2] == (artifact_id, version) else None
+    def recall(self, tenant: str, leaf: int, tag: Hashable, default: Any = None) -> Any:
+        """What this process opened under `leaf` and kept as `tag` (`keep`), or `default`. A tag names exactly what
+        was opened (a row version; a ciphertext and where it is stored), so a hit is what opening again would give."""
+        found = self.opened.get((tenant, leaf))
+        return default if found is None else found.get(tag, default)
 
-    def keep_vector(self, tenant: str, leaf: int, artifact_id: str, version: str, vector: Any) -> None:
-        self.vectors.put((tenant, leaf), (artifact_id, version, vector))
+    def keep(self, tenant: str, leaf: int, tag: Hashable, value: Any) -> None:
+        """Keep `value`, opened under `leaf` just now, as `tag`, until the leaf's cached key expires. Nothing is kept
+        when that key is no longer cached: a shred dropped it while the value was being opened, and the value must
+        not outlive it. Callers must not mutate what they keep or recall (it is shared)."""
+        until = self.keyring.ciphers.expiry((tenant, leaf))
+        if until is None:
+            return
+        name = (tenant, leaf)
+        items = dict(self.opened.get(name) or {})
+        items.pop(tag, None)
+        items[tag] = value  # the newest last: the oldest go first past _PER_LEAF
+        while len(items) > _PER_LEAF:
+            del items[next(iter(items))]
+        self.opened.put(name, items, until=until)
 
     async def leaf(self, tenant: str, stream: Hashable) -> int:
         """A fresh leaf for a new erasure unit; units of one stream (a memory namespace, a session) get neighbours.
@@ -112,7 +128,7 @@ class Sealer:
         wanted = sorted(set(leaves))
         if not wanted:
             return
-        self.vectors.drop((tenant, leaf) for leaf in wanted)
+        self.opened.drop((tenant, leaf) for leaf in wanted)
         await self.keyring.shred(tenant, wanted)
         try:
             await self.announce(tenant, wanted)
@@ -122,5 +138,5 @@ class Sealer:
     def forget_cached(self, tenant: str, leaves: Iterable[int]) -> None:
         """Another process shredded `leaves`: stop deriving them here, and drop what was opened under them."""
         leaves = list(leaves)
-        self.vectors.drop((tenant, leaf) for leaf in leaves)
+        self.opened.drop((tenant, leaf) for leaf in leaves)
         self.keyring.forget_cached(tenant, leaves)

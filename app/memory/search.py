@@ -2,9 +2,11 @@
 
 Ranking happens here, in the process, per request, over the tenant's live records under the namespace prefix: the
 values are decrypted in the process once erasure at rest encrypts them (issue 42), so no index over their text or
-their vectors is kept in the database. Vectors are cached per (tenant, namespace, key, version, fields), bounded: a
-version is immutable, so a cached vector can never describe another value, and a forgotten version is never served
-again because only live records are candidates.
+their vectors is kept in the database. What a search opens and embeds is kept by the `Sealer` under the record's leaf
+(`Sealer.keep`): the value by the exact ciphertext it was opened from, its vectors by (version, fields), so a hit is
+what opening and embedding again would give. They go with the leaf's key: a forget's shred drops them in every
+process (at once, or within the key caches' time to live), so nothing derived from a forgotten value stays here.
+Query vectors are kept by their text for that time to live too: a query may quote what is forgotten later.
 
 Filters follow LangGraph's store semantics (its InMemoryStore's `_compare_values`): a plain value matches by equality
 (objects member by member, arrays element by element), `{"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": v}`
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,7 @@ import numpy as np
 from app.db.database import Database
 from app.embeddings import Embedder
 from app.errors import InvalidRequest
+from app.keys.cache import KeyCache
 from app.keys.content import Sealer
 from app.memory.cascade import Expiry
 from app.memory.repositories import search as repo
@@ -33,7 +35,6 @@ from app.memory.repositories.search import Found
 from app.memory.validation import check_namespace
 
 OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
-CACHE_SIZE = 50_000  # vectors of 384 floats: about 150 MB at most
 QUERY_CACHE_SIZE = 1_000
 _TOKEN = re.compile(r"\[(\*|-?\d+)\]|([^.\[\]]+)")
 
@@ -158,26 +159,6 @@ def texts_at(value: Any, path: str) -> list[str]:
     return [text for item in items for text in _as_text(item)]
 
 
-class VectorCache:
-    """Least recently used vectors by (tenant, namespace, key, version, fields path)."""
-
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self.size = size
-        self._vectors: OrderedDict[tuple[str, ...], list[list[float]]] = OrderedDict()
-
-    def get(self, key: tuple[str, ...]) -> list[list[float]] | None:
-        found = self._vectors.get(key)
-        if found is not None:
-            self._vectors.move_to_end(key)
-        return found
-
-    def put(self, key: tuple[str, ...], vectors: list[list[float]]) -> None:
-        self._vectors[key] = vectors
-        self._vectors.move_to_end(key)
-        while len(self._vectors) > self.size:
-            self._vectors.popitem(last=False)
-
-
 def _unit(vectors: list[list[float]]) -> Any:
     """Rows scaled to unit length (the embedder's already are; kept exact for any other), as one matrix."""
     matrix = np.asarray(vectors, dtype=np.float32)
@@ -186,15 +167,14 @@ def _unit(vectors: list[list[float]]) -> Any:
 
 
 class MemorySearch:
-    def __init__(
-        self, db: Database, sealer: Sealer, embedder: Embedder, expiry: Expiry, *, cache_size: int = CACHE_SIZE
-    ) -> None:
+    def __init__(self, db: Database, sealer: Sealer, embedder: Embedder, expiry: Expiry) -> None:
         self.db = db
         self.sealer = sealer
         self.embedder = embedder
         self.expiry = expiry
-        self.cache = VectorCache(cache_size)
-        self.queries = VectorCache(QUERY_CACHE_SIZE)  # agents ask the same question of their memory again and again
+        # Agents ask the same question of their memory again and again (module docstring: why it is time-bounded).
+        self.queries: KeyCache[list[float]] = KeyCache(
+            capacity=QUERY_CACHE_SIZE, ttl_s=sealer.opened.ttl_s, clock=sealer.opened.clock)
 
     async def search(self, tenant_id: str, q: SearchQuery) -> list[Hit]:
         if q.prefix:
@@ -230,22 +210,25 @@ class MemorySearch:
         vectors: dict[int, list[list[float]]] = {}
         missing: list[tuple[int, tuple[str, ...], list[str]]] = []
         for i, f in enumerate(candidates):
-            cache_key = (tenant_id, f.namespace, f.key, str(f.version), *paths)
-            cached = self.cache.get(cache_key)
+            tag = ("vectors", f.namespace, f.key, str(f.version), *paths)  # a version's value never changes
+            cached = None if f.leaf is None else self.sealer.recall(tenant_id, f.leaf, tag)
             if cached is not None:
                 vectors[i] = cached
                 continue
             texts = [t for path in paths for t in texts_at(f.value, path)]
-            missing.append((i, cache_key, texts))
+            missing.append((i, tag, texts))
         flat = [t for _, _, texts in missing for t in texts]
-        cached_query = self.queries.get((q.query,))
-        computed = await self.embedder.embed(flat if cached_query else [q.query, *flat])
-        query_vector = cached_query[0] if cached_query else computed[0]
-        self.queries.put((q.query,), [query_vector])
+        cached_query = self.queries.get(q.query)
+        wanted = flat if cached_query else [q.query, *flat]
+        computed = await self.embedder.embed(wanted) if wanted else []
+        query_vector = cached_query if cached_query else computed[0]
+        self.queries.put(q.query, query_vector)
         rest = iter(computed if cached_query else computed[1:])
-        for i, cache_key, texts in missing:
+        for i, tag, texts in missing:
             vectors[i] = [next(rest) for _ in texts]
-            self.cache.put(cache_key, vectors[i])
+            leaf = candidates[i].leaf
+            if leaf is not None:  # a legacy plaintext row has no leaf to keep it by (sealed online, soon)
+                self.sealer.keep(tenant_id, leaf, tag, vectors[i])
         with_text = [i for i in range(len(candidates)) if vectors[i]]
         owners = [i for i in with_text for _ in vectors[i]]
         if owners:

@@ -1,4 +1,5 @@
-"""The key cache: explicit invalidation, a time bound for what a notification missed, and a size bound."""
+"""The key cache: explicit invalidation, a time bound for what a notification missed, and a size bound; what a
+process opened under a key is held no longer than the key."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from app.keys.cache import KeyCache
+from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased
 from app.keys.keyring import Keyring
+from app.keys.leaves import Leaves
 from app.keys.local import LocalProvider
 from app.keys.provider import Cover
 
@@ -101,3 +104,41 @@ def test_a_read_in_flight_during_a_shred_does_not_cache_the_old_cover(tmp_path: 
     assert asyncio.run(race()) == key  # it began before the shred: it may answer with the old key, once
     with pytest.raises(Erased):
         asyncio.run(keyring.key("ten_a", 3))
+
+
+async def _no_leaves(_tenant: str, _count: int) -> int:
+    raise AssertionError("these tests seal under leaves they name")
+
+
+def test_what_is_opened_is_kept_with_its_key_and_goes_with_it(tmp_path: Path) -> None:
+    """`Sealer.keep` holds what was opened under a leaf exactly as long as the leaf's cached key: it expires with the
+    key, goes with a shred here or one another process announces, and is not kept at all when the key went while it
+    was being opened (a shred raced the read)."""
+    clock = Clock()
+    sealer = Sealer(Keyring(LocalProvider(tmp_path / "keys"), ttl_s=60, clock=clock), Leaves(_no_leaves))
+    where = Binding("ten_a", "memory_records", '["ns","k",1]', "value")
+
+    async def opened(leaf: int) -> bytes:
+        sealed = await sealer.seal_bytes(leaf, where, b"value")  # derives and caches the leaf's key
+        return await sealer.open_bytes(where, sealed)
+
+    assert asyncio.run(opened(3)) == b"value"
+    clock.now += 30
+    sealer.keep("ten_a", 3, "tag", "value")
+    assert sealer.recall("ten_a", 3, "tag") == "value" and sealer.recall("ten_a", 3, "other", 7) == 7
+    clock.now += 30  # the key was cached 60 s ago: the kept value expires with it, not 60 s after it was kept
+    assert sealer.recall("ten_a", 3, "tag") is None
+
+    asyncio.run(opened(3))
+    sealer.keep("ten_a", 3, "tag", "value")
+    sealer.forget_cached("ten_a", [3])  # another process shredded it
+    assert sealer.recall("ten_a", 3, "tag") is None
+    sealer.keep("ten_a", 3, "tag", "value")  # opened before the news: its key is gone, so it is not kept
+    assert sealer.recall("ten_a", 3, "tag") is None
+
+    asyncio.run(opened(4))
+    for n in range(20):
+        sealer.keep("ten_a", 4, n, n)
+    assert sealer.recall("ten_a", 4, 0) is None and sealer.recall("ten_a", 4, 19) == 19  # a few per leaf, newest
+    asyncio.run(sealer.shred("ten_a", [4]))
+    assert sealer.recall("ten_a", 4, 19) is None and len(sealer.opened) == 0

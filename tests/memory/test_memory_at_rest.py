@@ -489,3 +489,38 @@ def test_a_shred_refused_after_the_tombstone_committed_answers_503_naming_its_jo
     sweep_shreds(database_url, live_server)
     [job] = sql(database_url, "SELECT shredded_at FROM forget_jobs WHERE id = $1", forget_id)
     assert job["shredded_at"] is not None
+
+
+def test_what_a_search_opened_is_kept_by_the_leaf_and_goes_with_the_forget(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search keeps each record's opened value and its vectors under the record's leaf, so the next search opens
+    and embeds nothing again; the forget of one record drops what was kept of it, and nothing of the others."""
+    tenant_id = _tenant(database_url)
+    create(client, ns, "code", {"text": "my locker code is 4471-ZQ"})
+    create(client, ns, "bees", {"text": "I keep bees in the garden"})
+    leaves = {key: _head(database_url, ns, key, tenant_id)["leaf"] for key in ("code", "bees")}
+    sealer = live_server.app.state.container.sealer
+
+    def kept(key: str) -> list[str]:
+        return sorted(tag[0] for tag in sealer.opened.get((tenant_id, leaves[key])) or {})
+
+    def search() -> list[str]:
+        r = client.post("/v1/memory:search", json={"namespace_prefix": ns, "query": "locker code", "limit": 5})
+        assert r.status_code == 200, r.text
+        return [item["key"] for item in r.json()["items"]]
+
+    assert search() == ["code", "bees"]
+    assert kept("code") == kept("bees") == ["value", "vectors"]
+
+    async def never(*_args: Any) -> Any:
+        raise AssertionError("opened or embedded again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sealer, "open_json", never)
+        patched.setattr(live_server.app.state.container.services.memory_search.embedder, "embed", never)
+        assert search() == ["code", "bees"]  # the query's vector is kept too, for the keys' time to live
+
+    assert client.delete(f"/v1/memory/{ns}/code").status_code == 200
+    assert kept("code") == [] and kept("bees") == ["value", "vectors"]
+    assert search() == ["bees"]

@@ -238,7 +238,7 @@ def test_two_api_processes_share_a_retrieval_session(
 def test_opened_vectors_are_kept_per_row_version_and_dropped_by_the_forget(
     client: httpx.Client, live_server: Any, database_url: str
 ) -> None:
-    """A retrieval turn opens its session's vectors once and keeps them (`Sealer.vectors`), each for the row
+    """A retrieval turn opens its session's vectors once and keeps them (`Sealer.recall`), each for the row
     version it opened; a rewritten row is opened again, and a forget's shred drops what it erased."""
     messages = [("bees", "I keep bees."), ("pin", "My PIN is 5521."), ("ask", "What do I keep?")]
     session_id, ids = retrieval_session(client, messages, top_k=2)
@@ -247,7 +247,10 @@ def test_opened_vectors_are_kept_per_row_version_and_dropped_by_the_forget(
     tenant_id = rows[ids["bees"]]["tenant_id"]
 
     def kept(name: str) -> Any:
-        return sealer.vectors.get((tenant_id, rows[ids[name]]["leaf"]))
+        """(artifact id, row version) of the vector kept under the artifact's leaf, or None."""
+        items = sealer.opened.get((tenant_id, rows[ids[name]]["leaf"])) or {}
+        tags = [tag[1:] for tag in items if tag[0] == "vector"]
+        return tags[-1] if tags else None
 
     def version(name: str) -> str:
         return str(sql(database_url, "SELECT xmin::text AS v FROM artifacts WHERE id = $1", ids[name])[0]["v"])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.db.statements import Row
+from app.keys import envelope
 from app.keys.content import Sealer
 from app.keys.envelope import Binding
 from app.keys.errors import Erased
@@ -95,3 +96,26 @@ async def open_value(sealer: Sealer, tenant_id: str, table: str, namespace: str,
     except Erased:
         return Opened(None, erased=True)
     return Opened(value, erased=False)
+
+
+_MISSING = object()
+
+
+async def open_kept(sealer: Sealer, tenant_id: str, table: str, namespace: str, key: str, row: Row
+                    ) -> tuple[Opened, int | None]:
+    """`open_value`, remembered by the process under the row's leaf for as long as its key (`Sealer.keep`): a search
+    opens the same records again and again. Also the leaf (None for a legacy plaintext row). The value is shared:
+    never mutate it."""
+    sealed = row["value_sealed"]
+    if sealed is None:
+        return Opened(row["value"], erased=False), None
+    sealed = bytes(sealed)
+    leaf = envelope.leaf(sealed)
+    tag = ("value", table, namespace, key, row["version"], sealed)  # the bytes opened, and where they are stored
+    value = sealer.recall(tenant_id, leaf, tag, _MISSING)
+    if value is not _MISSING:
+        return Opened(value, erased=False), leaf
+    opened = await open_value(sealer, tenant_id, table, namespace, key, row)
+    if not opened.erased:
+        sealer.keep(tenant_id, leaf, tag, opened.value)
+    return opened, leaf

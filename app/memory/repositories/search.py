@@ -13,7 +13,7 @@ from typing import Any
 from app.db.statements import Sql, Statement
 from app.keys.content import Sealer
 from app.memory.repositories.records import EXPIRED
-from app.memory.repositories.sealing import RECORDS, open_value
+from app.memory.repositories.sealing import RECORDS, open_kept
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Found:
     updated_at: datetime
     expires_at: datetime | None
     expired: bool
+    leaf: int | None  # what it is sealed under (None: a legacy plaintext row); what is derived from it is kept by it
 
 
 # Every non-tombstone record in the namespace `:prefix` and those below it (`:below` is prefix + '.'); expired ones
@@ -73,19 +74,19 @@ _DUE = Statement(
 
 
 async def under_prefix(db: Sql, sealer: Sealer, tenant_id: str, prefix: str) -> list[Found]:
-    """The tenant's non-tombstone records in `prefix` and below it, newest write first, opened; those whose leaf was
-    shredded are left out."""
+    """The tenant's non-tombstone records in `prefix` and below it, newest write first, opened (or recalled: the
+    values are shared, never mutate them); those whose leaf was shredded are left out."""
     if prefix:
         rows = await db.all(_UNDER, {"tenant_id": tenant_id, "prefix": prefix, "below": prefix + "."})
     else:
         rows = await db.all(_UNDER_ALL, {"tenant_id": tenant_id})
     found = []
     for r in rows:
-        opened = await open_value(sealer, tenant_id, RECORDS, r["namespace"], r["key"], r)
+        opened, leaf = await open_kept(sealer, tenant_id, RECORDS, r["namespace"], r["key"], r)
         if not opened.erased:
             found.append(Found(
                 r["namespace"], r["key"], r["version"], opened.value, r["created_at"], r["updated_at"],
-                r["expires_at"], r["expired"],
+                r["expires_at"], r["expired"], leaf,
             ))
     return found
 

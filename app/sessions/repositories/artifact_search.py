@@ -52,7 +52,7 @@ async def _ranked(db: AsyncSession, sealer: Sealer, where: Sequence[Any], vector
     `min_similarity`, most similar first, ties in log order. Rows whose leaf was shredded are left out.
 
     The candidates are read without their ciphertexts; only the vectors this process has not opened yet at that row
-    version (`Sealer.opened_vector`) are fetched and opened, then kept. A session ranked turn after turn opens each
+    version (`Sealer.recall`) are fetched and opened, then kept. A session ranked turn after turn opens each
     vector once."""
     stmt = select(Artifact.id, Artifact.tenant_id, Artifact.position, Artifact.leaf, _VERSION).where(
         *where, _EMBEDDED).order_by(Artifact.position)
@@ -60,7 +60,7 @@ async def _ranked(db: AsyncSession, sealer: Sealer, where: Sequence[Any], vector
     opened: dict[str, Any] = {}
     for row in candidates:
         if row.leaf is not None:
-            hit = sealer.opened_vector(row.tenant_id, row.leaf, row.id, row.version)
+            hit = sealer.recall(row.tenant_id, row.leaf, ("vector", row.id, row.version))
             if hit is not None:
                 opened[row.id] = hit
     missing = [row.id for row in candidates if row.id not in opened]
@@ -77,7 +77,7 @@ async def _ranked(db: AsyncSession, sealer: Sealer, where: Sequence[Any], vector
             if found is not None:
                 opened[stored.id] = found
                 if stored.leaf is not None and stored.embedding_sealed is not None:
-                    sealer.keep_vector(stored.tenant_id, stored.leaf, stored.id, stored.version, found)
+                    sealer.keep(stored.tenant_id, stored.leaf, ("vector", stored.id, stored.version), found)
     rows = [row for row in candidates if row.id in opened]
     if not rows:
         return []

@@ -718,3 +718,39 @@ def test_refresh_on_read_restarts_the_time_to_live(store: LetheStore, raw: httpx
 def test_default_ttl_applies(store: LetheStore, raw: httpx.Client) -> None:
     store.put(("t",), "k", {"v": 1})  # ttl_config default_ttl: 10 minutes
     assert _record(raw, store, ("t",), "k").json()["expires_at"] is not None
+
+
+class _Counting(httpx.HTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        self.sent.append(f"{request.method} {response.status_code}")
+        return response
+
+
+def test_a_put_of_a_key_seen_before_guesses_its_version(
+    make_store: Callable[..., LetheStore], lethe_url: str
+) -> None:
+    """An update of a key this store wrote is one round trip; a stale guess costs one 412 and changes nothing of
+    what the put does: another put is overwritten, a delete the store never saw is answered as a create's would be."""
+    other = make_store()
+    wire = _Counting()
+    writer = make_store(http=httpx.Client(base_url=lethe_url, transport=wire))
+    writer.put(("docs",), "k", {"v": 1})
+    writer.put(("docs",), "k", {"v": 2})
+    assert wire.sent == ["PUT 201", "PUT 200"]
+
+    other.put(("docs",), "k", {"v": "other"})  # the guess is stale now: last writer wins, as without it
+    writer.put(("docs",), "k", {"v": 3})
+    assert wire.sent[2:] == ["PUT 412", "PUT 200"]
+    item = other.get(("docs",), "k")
+    assert item is not None and item.value == {"v": 3}
+
+    other.delete(("docs",), "k")  # a tombstone this store never saw: the 412 reads it, the put re-establishes
+    writer.put(("docs",), "k", {"v": 4})
+    assert wire.sent[4:] == ["PUT 412", "PUT 200"]
+    item = other.get(("docs",), "k")
+    assert item is not None and item.value == {"v": 4}

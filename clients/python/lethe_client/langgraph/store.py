@@ -13,6 +13,10 @@ value the record's value, unchanged. Beyond LangGraph's own stores:
   earlier in the same batch) and writes with If-Match on it. Another put that landed in between is overwritten on a
   retry (LangGraph's last-writer-wins), but a delete that landed in between wins: the put raises
   `DeletedWhileWriting` and the key stays forgotten. A put after a delete it saw re-establishes the key.
+- A put of a key this store read or wrote before, in an earlier batch, first tries the version it saw then, which is
+  usually still the key's: one round trip instead of two. It is a guess, never a read: when it is stale the put goes
+  on exactly as one that guessed nothing (a later write overwritten, a tombstone it never saw read as the create
+  attempt's answer would be).
 - `search` ranks with Lethe's embedder on the server (`POST /v1/memory:search`), over live records only.
 - TTL is the server's: an item's `ttl` (minutes) becomes the record's `ttl_s`; once it runs out the record is
   forgotten (a tombstone, by the server's sweep or the first read that meets it), never merely hidden. Reads refresh
@@ -21,6 +25,8 @@ value the record's value, unchanged. Beyond LangGraph's own stores:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,6 +54,7 @@ from lethe_client._consistency import HEADER, TokenKeeper
 from lethe_client.errors import NotFound, PreconditionFailed, error_for
 
 _PUT_ATTEMPTS = 8
+_GUESSES = 10_000  # versions remembered per store, least recently used first out
 _PAGE = 1000
 # Lethe namespaces forbid '/', ':' and control characters, keys '/' and control characters; '%' is encoded so that
 # decoding is exact. LangGraph labels never hold '.', the separator.
@@ -110,6 +117,30 @@ class _Request:
     headers: dict[str, str] | None = None
 
 
+class _Guesses:
+    """The version this store last saw of each key (read, written or deleted), bounded; shared by the threads and
+    tasks that use the store."""
+
+    def __init__(self, size: int = _GUESSES) -> None:
+        self._size = size
+        self._versions: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name: tuple[str, str]) -> int | None:
+        with self._lock:
+            return self._versions.get(name)
+
+    def saw(self, name: tuple[str, str], version: int) -> None:
+        with self._lock:
+            if version <= 0:  # never written: nothing to guess (a create says If-None-Match)
+                self._versions.pop(name, None)
+                return
+            self._versions[name] = version
+            self._versions.move_to_end(name)
+            while len(self._versions) > self._size:
+                self._versions.popitem(last=False)
+
+
 # A plan performs one op: it yields requests and gets their responses back (any status), so the sync and the async
 # store share every rule and differ only in how a request is sent.
 Plan = Generator[_Request, httpx.Response, Result]
@@ -146,6 +177,7 @@ class LetheStore(BaseStore):
         self._auth = {"Authorization": f"Bearer {api_key}"}
         self._http, self._ahttp = http, ahttp
         self._tokens = TokenKeeper()
+        self._guesses = _Guesses()
 
     # ---- transport ---------------------------------------------------------------------------------------------
 
@@ -238,10 +270,12 @@ class LetheStore(BaseStore):
             if not isinstance(error, NotFound) or "forgotten" not in error.problem:
                 raise error  # not a memory key's answer (never written, or forgotten): not "absent"
             read[(name, op.key)] = error.version  # 0, or the tombstone's: what a later put is based on
+            self._guesses.saw((name, op.key), error.version)
             return None
         _raise(response)
         body = response.json()
         read[(name, op.key)] = body["version"]
+        self._guesses.saw((name, op.key), body["version"])
         return Item(value=body["value"], key=op.key, namespace=tuple(op.namespace),
                     created_at=_ts(body["created_at"]), updated_at=_ts(body["updated_at"]))
 
@@ -250,22 +284,27 @@ class LetheStore(BaseStore):
         body = {"value": dict(op.value or {}), "source": self.source,
                 "ttl_s": None if op.ttl is None else float(op.ttl) * 60}
         base = read.get((name, op.key))
+        # Without a version read in this batch, the first attempt creates, or tries the version this store saw last
+        # (module docstring): either way its 412 answer is the read.
+        guessed = base is None and (base := self._guesses.get((name, op.key))) is not None
         error: PreconditionFailed | None = None
         for _ in range(_PUT_ATTEMPTS):
-            # Without a version read in this batch, the first attempt creates: its 412 answer is the read.
             headers = {"If-None-Match": "*"} if base is None else {"If-Match": f'"{base}"'}
             response = yield _Request("PUT", path, json=body, headers=headers)
             if response.is_success:
-                read[(name, op.key)] = response.json()["version"]
+                read[(name, op.key)] = version = response.json()["version"]
+                self._guesses.saw((name, op.key), version)
                 return None
             failed = error_for(response)
             if not isinstance(failed, PreconditionFailed):
                 raise failed
             error = failed
-            if base is not None and error.forgotten and error.current_version > base:
+            if base is not None and not guessed and error.forgotten and error.current_version > base:
                 # A delete landed after this put read the key: the delete wins, the key stays forgotten.
                 raise DeletedWhileWriting(error.status, error.problem, error.headers)
-            base = error.current_version  # another write landed (or this was the read): last writer wins
+            guessed = False
+            # Another write landed (or this was the read): last writer wins. 0: never written after all, create.
+            base = error.current_version or None
         assert error is not None
         raise error  # the key kept changing under every attempt
 
@@ -273,7 +312,8 @@ class LetheStore(BaseStore):
         name, path = self._path(op.namespace, op.key)
         response = yield _Request("DELETE", path, params={"source": self.source})
         _raise(response)
-        read[(name, op.key)] = response.json()["version"]
+        read[(name, op.key)] = version = response.json()["version"]
+        self._guesses.saw((name, op.key), version)
         return None
 
     def _search(self, op: SearchOp) -> Plan:
