@@ -278,6 +278,11 @@ class MemoryRecord(Base):
             "ix_memory_records_expires_at", "expires_at",
             postgresql_where=text("expires_at IS NOT NULL AND NOT forgotten"),
         ),
+        # A tenant's live namespaces in byte order: a search under a prefix scans its range (migration 0028).
+        Index(
+            "ix_memory_records_live_namespaces", "tenant_id", text("namespace text_pattern_ops"),
+            postgresql_where=text("NOT forgotten"),
+        ),
     )
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)

@@ -54,7 +54,8 @@ def test_query_ranks_the_relevant_record_first(client: httpx.Client, ns: str) ->
 
 
 def test_prefix_stops_at_label_boundaries_and_pages(client: httpx.Client, ns: str) -> None:
-    for namespace in (ns, f"{ns}.child", f"{ns}.child.deep", f"{ns}bar", f"{ns}bar.baz"):
+    # `-` sorts before `.`: inside the byte range the index scans, left out by the exact test (migration 0028)
+    for namespace in (ns, f"{ns}.child", f"{ns}.child.deep", f"{ns}bar", f"{ns}bar.baz", f"{ns}-dash", f"{ns}-d.x"):
         put(client, namespace, "k", {"v": namespace})
     assert {i["namespace"] for i in search(client, namespace_prefix=ns, limit=100)} == {
         ns, f"{ns}.child", f"{ns}.child.deep"

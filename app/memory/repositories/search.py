@@ -16,7 +16,7 @@ from app.memory.repositories.records import EXPIRED
 from app.memory.repositories.sealing import RECORDS, open_kept
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a search builds one per record under the prefix, and frozen fields cost 3x
 class Found:
     namespace: str
     key: str
@@ -30,7 +30,10 @@ class Found:
 
 
 # Every non-tombstone record in the namespace `:prefix` and those below it (`:below` is prefix + '.'); expired ones
-# too, flagged, so the caller tombstones them. An empty prefix is the whole tenant.
+# too, flagged, so the caller tombstones them. An empty prefix is the whole tenant (the primary key's leading column).
+# Under a prefix, the byte-wise range [prefix, prefix + '/') holds the prefix and every name below it ('/' follows
+# '.' and no name holds it) and is what `ix_memory_records_live_namespaces` (migration 0028, text_pattern_ops: byte
+# order whatever the database's collation) scans; the exact test keeps names like prefix + '-x' out of it.
 _UNDER_SQL = f"""
     SELECT namespace, key, version, value, value_sealed, created_at, updated_at, expires_at, {EXPIRED} AS expired
       FROM memory_records
@@ -38,9 +41,9 @@ _UNDER_SQL = f"""
      ORDER BY updated_at DESC, namespace, key
 """
 _UNDER_ALL = Statement(_UNDER_SQL.format(scope=""), json=["value"])
-_UNDER = Statement(
-    _UNDER_SQL.format(scope="AND (namespace = :prefix OR starts_with(namespace, :below))"), json=["value"]
-)
+_UNDER = Statement(_UNDER_SQL.format(scope="""
+       AND namespace ~>=~ :prefix AND namespace ~<~ :past
+       AND (namespace = :prefix OR starts_with(namespace, :below))"""), json=["value"])
 
 # A read that refreshes: live records with a time to live get it restarted (an expired one is not revived). The rows
 # are locked in key order first: two searches refreshing overlapping records in the join's order deadlocked (500s
@@ -73,13 +76,17 @@ _DUE = Statement(
 )
 
 
+def under_statement(tenant_id: str, prefix: str) -> tuple[Statement, dict[str, Any]]:
+    """The statement `under_prefix` sends, with its parameters (tests read its plan)."""
+    if not prefix:
+        return _UNDER_ALL, {"tenant_id": tenant_id}
+    return _UNDER, {"tenant_id": tenant_id, "prefix": prefix, "past": prefix + "/", "below": prefix + "."}
+
+
 async def under_prefix(db: Sql, sealer: Sealer, tenant_id: str, prefix: str) -> list[Found]:
     """The tenant's non-tombstone records in `prefix` and below it, newest write first, opened (or recalled: the
     values are shared, never mutate them); those whose leaf was shredded are left out."""
-    if prefix:
-        rows = await db.all(_UNDER, {"tenant_id": tenant_id, "prefix": prefix, "below": prefix + "."})
-    else:
-        rows = await db.all(_UNDER_ALL, {"tenant_id": tenant_id})
+    rows = await db.all(*under_statement(tenant_id, prefix))
     found = []
     for r in rows:
         opened, leaf = await open_kept(sealer, tenant_id, RECORDS, r["namespace"], r["key"], r)
