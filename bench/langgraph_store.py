@@ -11,7 +11,9 @@ same embedded PostgreSQL (the one the Lethe server uses; PostgresStore's tables 
 Both stores first hold the same `--items` items in one namespace (`{"text", "kind", "n"}`), then each iteration, for
 both stores in turn: `put` of one item (an update of an existing key), `get` of one, `search` with a filter (no
 query: what a store does without embeddings), and `search` with a query (semantic). Sync stores, one connection each
-(httpx keep-alive; one psycopg connection): latency of one call, median and p99 after a warm-up.
+(httpx keep-alive; one psycopg connection): latency of one call, median and p99 after a warm-up. Beside them, in the
+same iterations, the floor of any LetheStore call: a bare `GET /v1/memory/{namespace}/{key}` of the same record with
+httpx (no LangGraph, no store), and its ratio to PostgresStore's `get`.
 
 The semantic search is not the same work on both sides: Lethe embeds the query with its model (all-MiniLM-L6-v2 on the
 server's CPU) and ranks the namespace in the process, while PostgresStore is given a cheap hashing embedder here (the
@@ -31,9 +33,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import httpx
 from langgraph.store.base import BaseStore
 from langgraph.store.postgres import PostgresStore
 from lethe_client.langgraph import LetheStore
+from lethe_client.langgraph.store import key_name, namespace_name
 from psycopg import Connection
 from psycopg.rows import dict_row
 
@@ -73,6 +77,10 @@ def _timed(fn: Callable[[], Any], into: list[float]) -> None:
     into.append((time.perf_counter() - started) * 1000)
 
 
+def _bare_get(client: httpx.Client, path: str) -> None:
+    client.get(path).raise_for_status()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True)
@@ -100,6 +108,8 @@ def main() -> None:
 
     ops = ("put", "get", "search filter", "search query")
     timings: dict[str, dict[str, list[float]]] = {name: {op: [] for op in ops} for name in stores}
+    bare = httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {args.key}"})
+    floor: list[float] = []
     for i in range(args.warmup + args.iterations):
         n = i % args.items
         query = f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]} {i}"  # never the same twice: no cache hit
@@ -110,8 +120,19 @@ def main() -> None:
                 "search filter": partial(store.search, ns, filter={"kind": "even"}, limit=10),
                 "search query": partial(store.search, ns, query=query, limit=10),
             }
-            for op, call in calls.items():
+            for op, call in list(calls.items())[:2]:
                 spent: list[float] = []
+                _timed(call, spent)
+                if i >= args.warmup:
+                    timings[name][op] += spent
+            if name == "LetheStore":  # right after its get: the server in the state the get found it in
+                path = f"/v1/memory/{namespace_name(lethe.scope, ns)}/{key_name(f'k{(n * 13) % args.items}')}"
+                spent = []
+                _timed(partial(_bare_get, bare, path), spent)
+                if i >= args.warmup:
+                    floor += spent
+            for op, call in list(calls.items())[2:]:
+                spent = []
                 _timed(call, spent)
                 if i >= args.warmup:
                     timings[name][op] += spent
@@ -125,10 +146,14 @@ def main() -> None:
         lethe_ms, pg_ms = timings["LetheStore"][op], timings["PostgresStore"][op]
         print(f"ratio {op:<14} median {statistics.median(lethe_ms) / statistics.median(pg_ms):.2f}x  "
               f"p99 {_percentile(lethe_ms, 0.99) / _percentile(pg_ms, 0.99):.2f}x")
+    pg_get = statistics.median(timings["PostgresStore"]["get"])
+    print(f"floor: a bare HTTP GET of the record {statistics.median(floor):.3f} ms median, "
+          f"{_percentile(floor, 0.99):.3f} ms p99: {statistics.median(floor) / pg_get:.2f}x PostgresStore's get")
     for store in stores.values():
         for n in range(args.items):
             store.delete(ns, f"k{n}")
     lethe.close()
+    bare.close()
     conn.close()
 
 

@@ -6,8 +6,8 @@ Create Date: 2026-12-07
 
 `POST /v1/memory:search` with a `namespace_prefix` (LangGraph's `store.search(prefix)`, app/memory/repositories/
 search.py `under_statement`) selects a tenant's live records whose namespace is the prefix or below it. Its test,
-`namespace = prefix OR starts_with(namespace, prefix || '.')`, can use no index, so every search scanned the whole
-table, every tenant's records. This index orders a tenant's live namespaces byte-wise (text_pattern_ops: whatever
+`namespace = prefix OR starts_with(namespace, prefix || '.')`, bounded no index scan: a search read all of the
+tenant's records through the primary key, or the whole table where PostgreSQL judged that cheaper. This index orders a tenant's live namespaces byte-wise (text_pattern_ops: whatever
 the database's collation), and the statement bounds the scan to [prefix, prefix || '/'), which holds the prefix and
 everything below it.
 
