@@ -62,8 +62,18 @@ class PlainFormatter(logging.Formatter):
         return redact(f"{record.levelname:<7} {record.name}: {prefix}{super().format(record)}")
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to the `sys.stderr` of the moment it is emitted, not the one logging was configured with: a
+    stream put in its place for a while (a CLI runner's, a test's capture) and closed afterwards must not take the
+    log lines of the threads still running with it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # under the handler's lock (Handler.handle): one stream per record
+        super().emit(record)
+
+
 def configure_logging(level: str, *, json_lines: bool = True) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else PlainFormatter("%(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -1,14 +1,16 @@
-"""Settings validation and log redaction."""
+"""Settings validation, log redaction, and where log lines go."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 
 import pytest
 from pydantic import ValidationError
 
-from app.observability.logging import JsonFormatter, redact, request_id_var
+from app.observability.logging import JsonFormatter, configure_logging, redact, request_id_var
 from app.settings import EngineKind, Settings, decode_webhook_secret
 
 
@@ -59,3 +61,20 @@ def test_json_log_lines_carry_the_request_id() -> None:
     finally:
         request_id_var.reset(token)
     assert line["msg"] == "hello world" and line["request_id"] == "req_123" and line["route"] == "/v1/x"
+
+
+def test_log_lines_go_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logging configured while stderr was a stream that was closed since (a CLI runner's) still writes, to the
+    stderr of now: a server thread that outlives the runner never hits a closed file."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))  # restored afterwards, with the level
+    monkeypatch.setattr(root, "level", root.level)
+    runner, now = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", runner)
+    configure_logging("INFO", json_lines=False)
+    runner.close()
+    monkeypatch.setattr(sys, "stderr", now)
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    logging.getLogger("lethe.test").info("still heard")
+    written = now.getvalue()
+    assert "Logging error" not in written and written.strip().endswith("still heard"), written
