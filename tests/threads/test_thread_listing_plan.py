@@ -1,11 +1,13 @@
 """The tenant's checkpoint listing (`GET /v1/threads:checkpoints`, LangGraph's list(None)) is served by its index
-(migration 0027, `ix_thread_checkpoints_listing`): PostgreSQL's plan of the exact statement the repository sends, for
-every combination of `before` and cursor, as a custom plan and as the generic plan a prepared statement falls back to,
-is a scan of that index stopped at the LIMIT, with the bounds as index conditions and no Sort of the tenant's rows.
-Without the index (dropped in a transaction that is rolled back) the same check fails: the test tells them apart.
+(migration 0027, `ix_thread_checkpoints_listing`), and a thread's listing in one namespace (`GET
+/v1/threads/{id}/checkpoints?checkpoint_ns=`, LangGraph's list(config)) by the primary key: PostgreSQL's plan of the
+exact statement the repository sends, for every combination of `before` and cursor, as a custom plan and as the
+generic plan a prepared statement falls back to, is a backward scan of that index stopped at the LIMIT, with the
+bounds as index conditions and no Sort of the rows. Without the listing index (dropped in a transaction that is
+rolled back) the same check fails: the test tells them apart.
 
 Thousands of checkpoints are seeded with SQL (rows from before sealing: a leaf of NULL, so no key is needed); the
-route then pages through them in the order the index gives."""
+routes then page through them in the order the index gives."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from app.threads.repositories.reads import tenant_listing
+from app.threads.repositories.reads import namespace_listing, tenant_listing
 from tests.support import sql
 
 INDEX = "ix_thread_checkpoints_listing"
@@ -40,17 +42,20 @@ def _listing_scan(plan: dict[str, Any]) -> dict[str, Any]:
     return scan
 
 
-def _assert_index_serves(plan: dict[str, Any], bounds: list[str]) -> None:
+def _assert_index_serves(plan: dict[str, Any], bounds: list[str], index: str = INDEX) -> None:
     scan = _listing_scan(plan)
     assert scan["Node Type"] in ("Index Scan", "Index Only Scan"), json.dumps(scan)
-    assert scan["Index Name"] == INDEX and scan["Scan Direction"] == "Backward", json.dumps(scan)
+    assert scan["Index Name"] == index and scan["Scan Direction"] == "Backward", json.dumps(scan)
     for bound in bounds:  # a bound the scan starts from, not a filter applied to every entry of the tenant
         assert bound in scan["Index Cond"], json.dumps(scan)
 
 
-async def _plans(database_url: str, tenant_id: str, cases: list[dict[str, Any]], *, drop: bool) -> list[Any]:
+async def _plans(
+    database_url: str, tenant_id: str, cases: list[dict[str, Any]], *, drop: bool, thread_id: str | None = None
+) -> list[Any]:
     """EXPLAIN (FORMAT JSON) of each case's statement: the custom plan for its parameters and the generic plan.
-    `drop`: with the index dropped, in a transaction rolled back afterwards."""
+    `drop`: with the index dropped, in a transaction rolled back afterwards. `thread_id`: the cases are of that
+    thread's listing in one namespace (`namespace_listing`), else of the tenant's."""
     conn = await asyncpg.connect(database_url)
     try:
         transaction = conn.transaction()
@@ -61,7 +66,10 @@ async def _plans(database_url: str, tenant_id: str, cases: list[dict[str, Any]],
                 await conn.execute(f"DROP INDEX {INDEX}")
             found = []
             for n, case in enumerate(cases):
-                statement, params = tenant_listing(tenant_id, **case)
+                statement, params = (
+                    tenant_listing(tenant_id, **case) if thread_id is None
+                    else namespace_listing(tenant_id, thread_id, **case)
+                )
                 args = statement.args(params)
                 custom = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {statement.dollar}", *args)
                 # The plan a prepared statement is given once PostgreSQL stops planning it per execution.
@@ -155,3 +163,51 @@ def test_the_tenant_listing_is_an_index_scan_from_its_cursor(
 def _plans_of(database_url: str, tenant_id: str, cases: list[dict[str, Any]], *, drop: bool) -> list[Any]:
     return asyncio.run(_plans(database_url, tenant_id, cases, drop=drop))
 
+
+
+def test_a_threads_listing_is_a_backward_scan_of_its_primary_key_from_its_cursor(
+    fresh_tenant: httpx.Client, database_url: str
+) -> None:
+    """Whatever bounds a page of one namespace has (`before`, the cursor, both), they bound the primary key's scan
+    (Index Cond), in the generic plan too: a page never scans the thread's newer checkpoints and drops them."""
+    run = uuid.uuid4().hex[:8]
+    assert fresh_tenant.put(f"/v1/threads/lst{run}seed/checkpoints/{PER_THREAD:06d}", json={
+        "checkpoint_ns": "", "parent_id": None, "checkpoint": {"type": "msgpack", "data": "gA=="},
+        "metadata": {}, "channel_versions": {}, "blobs": [],
+    }).status_code == 200
+    (tenant_row,) = sql(database_url, "SELECT tenant_id FROM threads WHERE thread_id = $1", f"lst{run}seed")
+    tenant_id = tenant_row["tenant_id"]
+    rows = _seed(database_url, tenant_id, run)
+    sql(database_url, "ANALYZE thread_checkpoints")  # what autovacuum would know of the tenant's many threads
+    thread = rows[0][1]
+    ids = [checkpoint_id for checkpoint_id, t in rows if t == thread]  # newest first
+
+    after = {"checkpoint_id": "000070"}
+    cases = [
+        {"checkpoint_ns": "", "before": None, "after": None, "limit": 11},
+        {"checkpoint_ns": "", "before": "000050", "after": None, "limit": 11},
+        {"checkpoint_ns": "", "before": None, "after": after, "limit": 11},
+        {"checkpoint_ns": "", "before": "000090", "after": after, "limit": 11},
+    ]
+    bound = "((checkpoint_id)::text < "
+    bounds = [[], [bound], [bound], [bound]]
+    plans = asyncio.run(_plans(database_url, tenant_id, cases, drop=False, thread_id=thread))
+    for (custom, generic), wanted in zip(plans, bounds, strict=True):
+        _assert_index_serves(custom, wanted, "pk_thread_checkpoints")
+        _assert_index_serves(generic, wanted, "pk_thread_checkpoints")
+
+    def listing(**params: Any) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            answer = fresh_tenant.get(f"/v1/threads/{thread}/checkpoints", params={
+                "checkpoint_ns": "", **params, **({"cursor": cursor} if cursor else {})})
+            assert answer.status_code == 200, answer.text
+            page = answer.json()
+            seen += [c["checkpoint_id"] for c in page["checkpoints"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return seen
+
+    assert listing(limit=7) == ids
+    assert listing(limit=9, before="000050") == [i for i in ids if i < "000050"]

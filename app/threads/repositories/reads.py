@@ -65,19 +65,32 @@ _BEFORE = """
        AND (CAST(:before AS text) IS NULL OR c.checkpoint_id < CAST(:before AS text))
 """
 _THREAD = "AND c.thread_id = :thread_id "
+# A bound is written only when it is given (one statement per combination, no `:x IS NULL OR`), so that it is an
+# index condition in the generic plan of a prepared statement too (asyncpg prepares every statement): a page of one
+# namespace is then a backward scan of the primary key from its cursor, stopped at the LIMIT, however long the
+# thread's history (a bound as a filter made every page, and every batch of a filtered page, scan from the newest).
+_ID_BEFORE = "AND c.checkpoint_id < CAST(:before AS text)\n"
+_ID_AFTER = "AND c.checkpoint_id < CAST(:after_id AS text)\n"
 _ONE = Statement(
     _SELECT.format(where=_THREAD + "AND c.checkpoint_ns = :checkpoint_ns AND c.checkpoint_id = :checkpoint_id",
                    order="c.checkpoint_id DESC"),
     json=["metadata"],
 )
 # One namespace (what LangGraph asks for): a backward scan of the primary key. `after_id` is a page's cursor.
-_PAGE_NS = Statement(
-    _SELECT.format(where=_THREAD + "AND c.checkpoint_ns = :checkpoint_ns" + _BEFORE
-                   + "AND (CAST(:after_id AS text) IS NULL OR c.checkpoint_id < CAST(:after_id AS text))",
-                   order="c.checkpoint_id DESC"),
-    json=["metadata"],
-)
-# Every namespace, newest first across them; `before` is LangGraph's (every checkpoint older than that id).
+_PAGE_NS = {
+    (before, after): Statement(
+        _SELECT.format(
+            where=_THREAD + "AND c.checkpoint_ns = :checkpoint_ns\n" + (_ID_BEFORE if before else "")
+            + (_ID_AFTER if after else ""),
+            order="c.checkpoint_id DESC",
+        ),
+        json=["metadata"],
+    )
+    for before in (False, True) for after in (False, True)
+}
+# Every namespace, newest first across them; `before` is LangGraph's (every checkpoint older than that id). The
+# primary key orders a thread's rows by namespace first, so this page sorts the thread's rows older than its bounds
+# (one namespace is what LangGraph's own calls ask for).
 _PAGE_ALL = Statement(
     _SELECT.format(where=_THREAD + _BEFORE + """
        AND (CAST(:after_id AS text) IS NULL
@@ -120,6 +133,19 @@ def tenant_listing(
         params |= {"after_id": after["checkpoint_id"], "after_thread": after["thread_id"],
                    "after_ns": after["checkpoint_ns"]}
     return _PAGE_TENANT[before is not None, after is not None], params
+
+
+def namespace_listing(
+    tenant_id: str, thread_id: str, checkpoint_ns: str, *, before: str | None, after: Row | None, limit: int,
+) -> tuple[Statement, dict[str, Any]]:
+    """The statement and parameters of one batch of `page` in one namespace: `after` is the last row seen (its
+    checkpoint_id), None for the first."""
+    params: dict[str, Any] = {**key(tenant_id, thread_id), "checkpoint_ns": checkpoint_ns, "limit": limit}
+    if before is not None:
+        params["before"] = before
+    if after is not None:
+        params["after_id"] = after["checkpoint_id"]
+    return _PAGE_NS[before is not None, after is not None], params
 
 
 # With a metadata filter a page scans this many rows at a time (at least), opening and testing each.
@@ -189,13 +215,15 @@ async def page(
     (default: all) come with their blobs and writes: a row read to learn whether another page follows needs none."""
 
     async def rows(batch: int, after: Row | None) -> list[Row]:
+        if checkpoint_ns is not None:
+            return await sql.all(*namespace_listing(tenant_id, thread_id, checkpoint_ns, before=before, after=after,
+                                                    limit=batch))
         params = {
             **key(tenant_id, thread_id), "before": before, "limit": batch,
             "after_id": after["checkpoint_id"] if after else None,
+            "after_ns": after["checkpoint_ns"] if after else None,
         }
-        if checkpoint_ns is not None:
-            return await sql.all(_PAGE_NS, {**params, "checkpoint_ns": checkpoint_ns})
-        return await sql.all(_PAGE_ALL, {**params, "after_ns": after["checkpoint_ns"] if after else None})
+        return await sql.all(_PAGE_ALL, params)
 
     start = None if after is None else {"checkpoint_id": after[0], "checkpoint_ns": after[1]}
     return [stored for _, stored in await _scan(sealer, tenant_id, rows, start, metadata, limit, fill)]
