@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -407,3 +408,38 @@ def new_tenant_key(database_url: str, prefix: str) -> str:
         return key
 
     return asyncio.run(create())
+
+
+@asynccontextmanager
+async def rolled_back(database_url: str, *, drop_index: str | None = None) -> AsyncIterator[asyncpg.Connection]:
+    """A connection in a transaction that is rolled back at the end, with `drop_index` dropped inside it (what a plan
+    would be without that index; nobody else ever sees it gone)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute("SET LOCAL lock_timeout = '10s'")
+            if drop_index is not None:
+                await conn.execute(f"DROP INDEX {drop_index}")
+            yield conn
+        finally:
+            await transaction.rollback()
+    finally:
+        await conn.close()
+
+
+async def custom_and_generic_plans(conn: asyncpg.Connection, statement: Any, params: dict[str, Any], name: str
+                                   ) -> tuple[Any, Any]:
+    """EXPLAIN (FORMAT JSON) of a repository `Statement` with `params`: the custom plan PostgreSQL makes for these
+    values, and the generic plan a prepared statement (asyncpg prepares every one) falls back to. Run inside a
+    transaction: the prepared statement `name` and the plan-cache setting end with it."""
+    args = statement.args(params)
+    custom = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {statement.dollar}", *args)
+    await conn.execute(f"PREPARE {name} AS {statement.dollar}")
+    await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    literals = [await conn.fetchval("SELECT quote_nullable($1::text)", None if a is None else str(a))
+                for a in args]  # EXPLAIN EXECUTE takes no parameters of its own
+    generic = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({', '.join(literals)})")
+    await conn.execute("SET LOCAL plan_cache_mode = auto")
+    return json.loads(custom)[0]["Plan"], json.loads(generic)[0]["Plan"]

@@ -13,11 +13,10 @@ import asyncio
 import json
 from typing import Any
 
-import asyncpg
 import httpx
 
 from app.memory.repositories.search import under_statement
-from tests.support import sql
+from tests.support import custom_and_generic_plans, rolled_back, sql
 
 INDEX = "ix_memory_records_live_namespaces"
 NAMESPACES, PER_NAMESPACE = 300, 10
@@ -42,25 +41,8 @@ async def _plans(database_url: str, tenant_id: str, prefix: str, *, drop: bool) 
     """EXPLAIN (FORMAT JSON) of the statement: the custom plan and the generic plan. `drop`: with the index dropped,
     in a transaction rolled back afterwards."""
     statement, params = under_statement(tenant_id, prefix)
-    args = statement.args(params)
-    conn = await asyncpg.connect(database_url)
-    try:
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            await conn.execute("SET LOCAL lock_timeout = '10s'")
-            if drop:
-                await conn.execute(f"DROP INDEX {INDEX}")
-            custom = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {statement.dollar}", *args)
-            await conn.execute(f"PREPARE under AS {statement.dollar}")
-            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            literals = [await conn.fetchval("SELECT quote_nullable($1::text)", str(a)) for a in args]
-            generic = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE under({', '.join(literals)})")
-            return json.loads(custom)[0]["Plan"], json.loads(generic)[0]["Plan"]
-        finally:
-            await transaction.rollback()
-    finally:
-        await conn.close()
+    async with rolled_back(database_url, drop_index=INDEX if drop else None) as conn:
+        return await custom_and_generic_plans(conn, statement, params, "under")
 
 
 def test_a_prefix_search_scans_the_prefixs_range_of_its_index(

@@ -16,11 +16,10 @@ import json
 import uuid
 from typing import Any
 
-import asyncpg
 import httpx
 
 from app.threads.repositories.reads import namespace_listing, tenant_listing
-from tests.support import sql
+from tests.support import custom_and_generic_plans, rolled_back, sql
 
 INDEX = "ix_thread_checkpoints_listing"
 THREADS, PER_THREAD = 40, 100
@@ -56,35 +55,15 @@ async def _plans(
     """EXPLAIN (FORMAT JSON) of each case's statement: the custom plan for its parameters and the generic plan.
     `drop`: with the index dropped, in a transaction rolled back afterwards. `thread_id`: the cases are of that
     thread's listing in one namespace (`namespace_listing`), else of the tenant's."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            await conn.execute("SET LOCAL lock_timeout = '10s'")
-            if drop:
-                await conn.execute(f"DROP INDEX {INDEX}")
-            found = []
-            for n, case in enumerate(cases):
-                statement, params = (
-                    tenant_listing(tenant_id, **case) if thread_id is None
-                    else namespace_listing(tenant_id, thread_id, **case)
-                )
-                args = statement.args(params)
-                custom = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {statement.dollar}", *args)
-                # The plan a prepared statement is given once PostgreSQL stops planning it per execution.
-                await conn.execute(f"PREPARE listing{n} AS {statement.dollar}")
-                await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                literals = [await conn.fetchval("SELECT quote_nullable($1::text)", None if a is None else str(a))
-                            for a in args]  # EXPLAIN EXECUTE takes no parameters of its own
-                generic = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE listing{n}({', '.join(literals)})")
-                await conn.execute("SET LOCAL plan_cache_mode = auto")
-                found.append((json.loads(custom)[0]["Plan"], json.loads(generic)[0]["Plan"]))
-            return found
-        finally:
-            await transaction.rollback()
-    finally:
-        await conn.close()
+    async with rolled_back(database_url, drop_index=INDEX if drop else None) as conn:
+        found = []
+        for n, case in enumerate(cases):
+            statement, params = (
+                tenant_listing(tenant_id, **case) if thread_id is None
+                else namespace_listing(tenant_id, thread_id, **case)
+            )
+            found.append(await custom_and_generic_plans(conn, statement, params, f"listing{n}"))
+        return found
 
 
 def _seed(database_url: str, tenant_id: str, run: str) -> list[tuple[str, str]]:
@@ -105,16 +84,22 @@ def _seed(database_url: str, tenant_id: str, run: str) -> list[tuple[str, str]]:
     return sorted(rows, reverse=True)
 
 
+def _tenant_of_a_first_thread(client: httpx.Client, database_url: str, run: str) -> str:
+    """Store one checkpoint through the route (thread `lst<run>seed`, the newest id of the run): the tenant's id."""
+    assert client.put(f"/v1/threads/lst{run}seed/checkpoints/{PER_THREAD:06d}", json={
+        "checkpoint_ns": "", "parent_id": None, "checkpoint": {"type": "msgpack", "data": "gA=="},
+        "metadata": {}, "channel_versions": {}, "blobs": [],
+    }).status_code == 200
+    (row,) = sql(database_url, "SELECT tenant_id FROM threads WHERE thread_id = $1", f"lst{run}seed")
+    tenant_id: str = row["tenant_id"]
+    return tenant_id
+
+
 def test_the_tenant_listing_is_an_index_scan_from_its_cursor(
     fresh_tenant: httpx.Client, database_url: str
 ) -> None:
     run = uuid.uuid4().hex[:8]
-    assert fresh_tenant.put(f"/v1/threads/lst{run}seed/checkpoints/{PER_THREAD:06d}", json={
-        "checkpoint_ns": "", "parent_id": None, "checkpoint": {"type": "msgpack", "data": "gA=="},
-        "metadata": {}, "channel_versions": {}, "blobs": [],
-    }).status_code == 200
-    (tenant_row,) = sql(database_url, "SELECT tenant_id FROM threads WHERE thread_id = $1", f"lst{run}seed")
-    tenant_id = tenant_row["tenant_id"]
+    tenant_id = _tenant_of_a_first_thread(fresh_tenant, database_url, run)
     expected = [(f"{PER_THREAD:06d}", f"lst{run}seed"), *_seed(database_url, tenant_id, run)]
 
     cursor_row = {"checkpoint_id": "000070", "thread_id": f"lst{run}020", "checkpoint_ns": ""}
@@ -171,12 +156,7 @@ def test_a_threads_listing_is_a_backward_scan_of_its_primary_key_from_its_cursor
     """Whatever bounds a page of one namespace has (`before`, the cursor, both), they bound the primary key's scan
     (Index Cond), in the generic plan too: a page never scans the thread's newer checkpoints and drops them."""
     run = uuid.uuid4().hex[:8]
-    assert fresh_tenant.put(f"/v1/threads/lst{run}seed/checkpoints/{PER_THREAD:06d}", json={
-        "checkpoint_ns": "", "parent_id": None, "checkpoint": {"type": "msgpack", "data": "gA=="},
-        "metadata": {}, "channel_versions": {}, "blobs": [],
-    }).status_code == 200
-    (tenant_row,) = sql(database_url, "SELECT tenant_id FROM threads WHERE thread_id = $1", f"lst{run}seed")
-    tenant_id = tenant_row["tenant_id"]
+    tenant_id = _tenant_of_a_first_thread(fresh_tenant, database_url, run)
     rows = _seed(database_url, tenant_id, run)
     sql(database_url, "ANALYZE thread_checkpoints")  # what autovacuum would know of the tenant's many threads
     thread = rows[0][1]
