@@ -11,7 +11,8 @@ from sqlalchemy import Boolean, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import AgentSession, Artifact, MemoryRecord
+from app.db.memory_models import MemoryRecord
+from app.db.models import AgentSession, Artifact
 from app.db.openai_models import OpenAIConversation
 from app.db.subject_models import Subject
 from app.keys.content import Sealer
