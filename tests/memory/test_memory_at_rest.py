@@ -12,10 +12,12 @@ here is a fresh process's over the same key store, with nothing cached.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -524,3 +526,35 @@ def test_what_a_search_opened_is_kept_by_the_leaf_and_goes_with_the_forget(
     assert client.delete(f"/v1/memory/{ns}/code").status_code == 200
     assert kept("code") == [] and kept("bees") == ["value", "vectors"]
     assert search() == ["bees"]
+
+
+def test_a_value_opened_while_its_forget_shreds_is_not_kept(
+    client: httpx.Client, ns: str, database_url: str, live_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race `Sealer.keep` guards, forced with a barrier: a search has opened the value and not kept it yet when
+    the DELETE shreds the record's leaf and answers. The search then finishes, and keeps nothing of that leaf."""
+    tenant_id = _tenant(database_url)
+    create(client, ns, "code", {"text": "my locker code is 4471-ZQ"})
+    leaf = _head(database_url, ns, "code", tenant_id)["leaf"]
+    sealer = live_server.app.state.container.sealer
+    original = sealer.open_json
+    opened, release = threading.Event(), threading.Event()
+
+    async def parked(where: Binding, ciphertext: bytes) -> Any:
+        value = await original(where, ciphertext)
+        if where.tenant == tenant_id and json.loads(where.row)[:2] == [ns, "code"]:
+            opened.set()  # opened, not yet kept: the moment the forget lands in
+            await asyncio.to_thread(release.wait, BARRIER_S)
+        return value
+
+    monkeypatch.setattr(sealer, "open_json", parked)
+    with httpx.Client(base_url=client.base_url, headers=client.headers, timeout=BARRIER_S) as searcher, \
+            ThreadPoolExecutor(1) as pool:
+        searching = pool.submit(searcher.post, "/v1/memory:search", json={"namespace_prefix": ns})
+        assert opened.wait(BARRIER_S), "the search never opened the value"
+        assert client.delete(f"/v1/memory/{ns}/code").status_code == 200  # shredded before it answers
+        release.set()
+        found = searching.result(timeout=BARRIER_S)
+    assert found.status_code == 200, found.text
+    assert sealer.opened.get((tenant_id, leaf)) is None
+    assert [i["key"] for i in client.post("/v1/memory:search", json={"namespace_prefix": ns}).json()["items"]] == []
