@@ -267,7 +267,10 @@ class HFEngine(Generating):
 
     # -- worker-thread implementations ------------------------------------------------------------------------------
 
-    def _session(self, handle: CacheHandle) -> HandleState:
+    def _session(self, handle: CacheHandle, closing: list[int] | None = None) -> HandleState:
+        """The handle's state, its cache cut back to what the log still agrees on. `closing`: the tokens the caller is
+        about to add, which a verification may have forwarded already (hf_generation.py: the closing computed ahead
+        of the log); that chunk is kept when they are what comes next, and dropped by any other call."""
         if self._model is None:
             raise RuntimeError("the hf engine is not started")
         state = handle.state
@@ -276,7 +279,8 @@ class HFEngine(Generating):
         if not isinstance(state, HandleState) or state.owner is not self:
             raise ValueError(f"handle {handle.session_key!r} belongs to another engine")
         n = len(state.covered)
-        if handle.tokens[:n] != state.covered:
+        log = handle.tokens + closing if closing and n > len(handle.tokens) else handle.tokens
+        if log[:n] != state.covered:
             # The caller edited the log: the cache may stand only for the part both still agree on.
             common = next((i for i, (a, b) in enumerate(zip(handle.tokens, state.covered, strict=False)) if a != b), n)
             hf_cache.truncate(self._model, self._pool, state, min(common, len(handle.tokens)))
@@ -287,15 +291,19 @@ class HFEngine(Generating):
             raise ValueError(f"the log would hold {n_tokens} tokens; the model's context is {self._max_positions}")
 
     def _prefill(self, handle: CacheHandle, token_ids: list[int]) -> TokenUsage:
-        state = self._session(handle)
+        state = self._session(handle, closing=token_ids)
         self._check_room(len(handle.tokens) + len(token_ids))
+        # A closing a verification computed ahead (`_session`) counts its own tokens here, as a closing does; the
+        # reply before them was counted once, as verified.
+        ahead = max(0, len(state.covered) - len(handle.tokens)) if state.cache is not None else 0
         prefilled = hf_cache.make_resident(self._model, self._pool, state)
-        pending = handle.tokens[len(state.covered) :] + token_ids
+        pending = (handle.tokens + token_ids)[len(state.covered) :]
         if pending:
             prefilled += hf_cache.forward(self._model, self._pool, state, pending)
         handle.tokens.extend(token_ids)
         hf_cache.settle(self._pool, state)
-        return TokenUsage(reused=len(handle.tokens) - prefilled, prefilled=prefilled)
+        computed = prefilled + ahead
+        return TokenUsage(reused=len(handle.tokens) - computed, prefilled=computed)
 
     def _crop(self, handle: CacheHandle, n_tokens: int) -> None:
         state = self._session(handle)

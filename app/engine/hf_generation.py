@@ -29,7 +29,7 @@ class Generating:
     def chat(self) -> ChatTemplate:
         raise NotImplementedError
 
-    def _session(self, handle: CacheHandle) -> HandleState:
+    def _session(self, handle: CacheHandle, closing: list[int] | None = None) -> HandleState:
         raise NotImplementedError
 
     def _generate(
@@ -45,7 +45,10 @@ class Generating:
         ends with its reply *pending* (the cache is cut back to the prompt, a chunk boundary): the next prefill, the
         transition's closing, forwards the reply with the end of turn in one chunk. So the cache a transition leaves
         is one function of its tokens, whether they were decoded or verified, and a verified replay's cache is a
-        decoded one's bit for bit."""
+        decoded one's bit for bit. One exception, with the same bits: a verification forwards the draft *with* the
+        end of turn, so when it accepts the draft whole its pass is exactly the closing's (the same tokens after the
+        same cache) and is kept as that chunk, ahead of the log, for the closing to adopt instead of computing it
+        again (hf.py `_session`); any other next call drops it."""
         state = self._session(handle)
         prefilled = hf_cache.make_resident(self._model, self._pool, state)
         pending = handle.tokens[len(state.covered) :]
@@ -81,7 +84,10 @@ class Generating:
                 yield from self._decode(handle, state, run, room, cancelled, certify=False)
         finally:
             self._pool.unpin(state)
-            hf_cache.truncate(self._model, self._pool, state, prompt)  # the reply stays pending (docstring)
+            if run.closed_ahead and not run.uncertified:
+                state.logits = None  # a pass over more rows than the closing's last one: never sampled from
+            else:
+                hf_cache.truncate(self._model, self._pool, state, prompt)  # the reply stays pending (docstring)
         if draft is not None and on_tokens is not None and run.token_ids:
             on_tokens(list(run.token_ids))
         text = self.chat.decode(run.token_ids)
@@ -151,11 +157,15 @@ class Generating:
         first = state.logits
         assert first is not None
         rows: list[torch.Tensor] = []
+        # The end of turn rides along (its rows decide nothing): accepted whole, the pass is the closing's chunk.
+        closing = self.chat.end_of_turn()
+        if self._max_positions is not None and len(handle.tokens) + len(draft) + len(closing) > self._max_positions:
+            closing = []
         if draft:
             yield
             if self._halted(cancelled):
                 return
-            rows = list(hf_cache.forward_all(self._model, self._pool, state, draft))
+            rows = list(hf_cache.forward_all(self._model, self._pool, state, draft + closing))
         accepted = 0
         while len(run.token_ids) < room:
             decision = verify.decide(first if accepted == 0 else rows[accepted - 1], run.sampling, run.draw())
@@ -172,8 +182,10 @@ class Generating:
             # The draft ends here, or the sampler chooses otherwise.
             if accepted == len(draft) and token in self.chat.stop_token_ids:
                 run.verified += 1  # the recorded reply's own end
-            else:
-                run.decoded += 1
+                self._stopped(run, handle, token)
+                run.closed_ahead = bool(draft and closing)
+                return
+            run.decoded += 1
             if self._stopped(run, handle, token) or len(run.token_ids) >= room:
                 return
             if draft:
@@ -181,6 +193,8 @@ class Generating:
             hf_cache.forward(self._model, self._pool, state, [token])
             yield from self._decode(handle, state, run, room, cancelled, certify=True)
             return
+        # Cut by `max_tokens` inside the draft, every token of it accepted: the closing follows it as well.
+        run.closed_ahead = bool(draft and closing) and accepted == len(draft) and run.stop_at is None
 
 
 class _Run:
@@ -197,6 +211,7 @@ class _Run:
         self.finish: Literal["stop", "length"] = "length"
         self.stop_at: int | None = None
         self.uncertified = False  # a decision of a verification could not be certified: decode from the prompt
+        self.closed_ahead = False  # a verification accepted the draft whole: its pass holds the closing (`_generate`)
 
     def draw(self) -> float | None:
         """The uniform the sampler would draw for the next decision (as sample_token draws it; none when greedy)."""

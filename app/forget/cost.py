@@ -16,7 +16,10 @@ class Yardstick:
     same work. Every log token is computed once (prefilled, decoded or verified), and each reply adds its last
     sampled token: decoded and then prefilled to close the turn (runtime/engine_calls.py), or the stop token, sampled
     and never kept. An engine that `rereads_replies` (hf) also forwards each reply's sampled tokens again at the
-    closing; there the last token is exact: a reply cut by `max_tokens` sampled no stop token."""
+    closing; there the last token is exact: a reply cut by `max_tokens` sampled no stop token. The yardstick counts
+    that reread for every reply, as a reset that decodes them pays it: a reply that a replay's verification accepts
+    whole is not forwarded again (its pass was the closing's, engine/hf_generation.py), so a verified replay computes
+    less than its estimate by exactly those replies' sampled tokens."""
 
     rereads_replies: bool = False
     frame: int = 0  # the tokens of a reply block that were not sampled (the assistant header, the end of turn)

@@ -8,7 +8,7 @@ import torch
 
 from app.engine import verify
 from app.engine.hf import HFEngine
-from app.engine.protocol import CacheHandle, Generation, Sampling
+from app.engine.protocol import CacheHandle, Generation, Sampling, TokenUsage
 from app.engine.torch_sampling import make_generator, sample_token
 from tests.engine.engine_helpers import conversation, kv_equal
 
@@ -51,11 +51,19 @@ def test_sampled_decision_is_the_samplers_and_uncertified_next_to_a_boundary() -
 async def _run(
     engine: HFEngine, key: str, sampling: Sampling, draft: list[int] | None
 ) -> tuple[CacheHandle, Generation]:
+    handle, generation, _ = await _closed(engine, key, sampling, draft)
+    return handle, generation
+
+
+async def _closed(
+    engine: HFEngine, key: str, sampling: Sampling, draft: list[int] | None
+) -> tuple[CacheHandle, Generation, TokenUsage]:
+    """A transition's engine calls; answers the closing's usage too."""
     handle = await engine.open(key)
     await engine.prefill(handle, conversation(engine))
     generation = await engine.generate(handle, sampling, draft=draft)
-    await engine.prefill(handle, engine.chat.end_of_turn())  # the transition's closing
-    return handle, generation
+    closing = await engine.prefill(handle, engine.chat.end_of_turn())  # the transition's closing
+    return handle, generation, closing
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
@@ -89,3 +97,31 @@ async def test_a_draft_gives_decodings_generation_and_cache(
     handle, fallback = await _run(engine, f"fallback-{sampling.temperature}", sampling, reply)
     assert fallback.token_ids == reply and fallback.usage.verified == 0
     assert fallback.usage.decoded == decoded.usage.decoded and kv_equal(engine, handle, decoded_handle)
+
+
+@pytest.mark.parametrize("max_tokens", [128, 6], ids=["stopped", "cut"])
+async def test_a_draft_accepted_whole_is_the_closings_chunk(engine: HFEngine, max_tokens: int) -> None:
+    """Accepted whole, the verification pass (the draft with the end of turn) is exactly the closing's chunk: the
+    closing computes nothing again, counts the end of turn the pass holds, and leaves the decoded cache bit for bit,
+    whether the reply stopped or was cut by max_tokens. A call other than that closing drops the pass."""
+    sampling = Sampling(max_tokens=max_tokens)
+    decoded_handle, decoded, decoded_closing = await _closed(engine, f"plain-{max_tokens}", sampling, None)
+    reply, end = decoded.token_ids, engine.chat.end_of_turn()
+    assert decoded.finish_reason == ("length" if max_tokens == 6 else "stop") and len(reply) <= max_tokens
+    assert decoded_closing.prefilled == len(reply) + len(end)  # decoding leaves the reply pending
+
+    handle, generation, closing = await _closed(engine, f"whole-{max_tokens}", sampling, reply)
+    assert (generation.token_ids, generation.usage.decoded) == (reply, 0)
+    assert closing.prefilled == len(end)  # the reply's tokens were computed once, by the verification
+    assert handle.tokens == decoded_handle.tokens and engine.chunks(handle) == engine.chunks(decoded_handle)
+    assert kv_equal(engine, handle, decoded_handle)
+
+    # The stop-string branch of a transition crops to the prompt and prefills another closing: the pass is dropped.
+    other = await engine.open(f"cropped-{max_tokens}")
+    await engine.prefill(other, conversation(engine))
+    prompt = len(other.tokens)
+    await engine.generate(other, sampling, draft=reply)
+    await engine.crop(other, prompt)
+    recomputed = await engine.prefill(other, [*reply, *end])
+    assert recomputed.prefilled == len(reply) + len(end)
+    assert other.tokens == decoded_handle.tokens and kv_equal(engine, other, decoded_handle)

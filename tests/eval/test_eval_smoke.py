@@ -49,11 +49,14 @@ def test_recomputed_tokens_follow_the_suffix_length(smoke: tuple[Path, dict[str,
     b7 = [p["b7"]["prefilled"] + p["b7"]["decoded"] for p in sweep]
     b5 = [p["b5"]["prefilled"] + p["b5"]["decoded"] for p in sweep]
     assert b7 == sorted(b7, reverse=True) and b7[0] > b7[-1]  # later target, less to recompute
-    assert len(set(b5)) == 1  # a cold full reset pays the whole session wherever the target sits
     assert all(s >= r for s, r in zip(b5, b7, strict=True))
-    # The estimate is the engine's yardstick (app/forget/cost.py): what a cold full reset computes, to the token
-    # (tests/forget/test_forget_exactness.py); more only where a stop string cut a reply (its sampled tokens > kept).
-    assert all(p["b5"]["prefilled"] + p["b5"]["decoded"] >= p["b7"]["full_reset_estimate"] for p in sweep)
+    # The estimate is the engine's yardstick (app/forget/cost.py): what a cold full reset that decodes every reply
+    # computes, to the token (tests/forget/test_forget_exactness.py). A reset pays every log token wherever the target
+    # sits, but forwards a reply its verification accepted whole only once (docs/engines.md, "What it costs"): the
+    # replies before the target always are, so it pays the estimate at τ = 1 and less wherever a reply precedes it.
+    estimates = [p["b7"]["full_reset_estimate"] for p in sweep]
+    assert b5[0] <= estimates[0] and sweep[0]["tau"] == 1
+    assert all(s < e for s, e in zip(b5[1:], estimates[1:], strict=True))
     xs = [float(p["T"] - p["tau"] + 1) for p in sweep]
     n, mx, my = len(xs), sum(xs) / len(xs), sum(b7) / len(b7)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, b7, strict=True)) / sum((x - mx) ** 2 for x in xs)

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import LiveServer
 from tests.forget.forget_helpers import (
     Script,
     artifacts,
@@ -164,14 +165,24 @@ def test_coarser_checkpoints_are_as_exact_and_replay_more(
         assert receipt["checkpoint"] is None and receipt["transitions_replayed"] == 6
 
 
-def test_a_full_reset_computes_exactly_the_yardstick(client: httpx.Client) -> None:
-    """The receipts' `full_reset_estimate` is what a cold full reset on this engine computes, to the token (hf
-    forwards each reply again at its closing: app/forget/cost.py), so every saving a receipt states is measured
-    against work a reset really does."""
-    _, ids = run_script(client, ADDRESS_SCRIPT, GREEDY)
+def test_a_full_reset_computes_exactly_the_yardstick(client: httpx.Client, live_server: LiveServer) -> None:
+    """The receipts' `full_reset_estimate` is what a cold full reset on this engine computes when it decodes every
+    reply, to the token (hf forwards each reply again at its closing: app/forget/cost.py), so every saving a receipt
+    states is measured against work a reset really does. A reply that verification accepts whole is not forwarded
+    again (its pass was the closing: docs/engines.md), and saves exactly its sampled tokens."""
+    session_id, ids = run_script(client, ADDRESS_SCRIPT, GREEDY)
     job = wait_job(client, forget(client, {"artifact_id": ids[2][0]}, strategy="full_reset")["id"])
     assert job["status"] == "succeeded", job
-    tokens = job["sessions"][0]["tokens"]
+    receipt = job["sessions"][0]
+    tokens = receipt["tokens"]
     assert tokens["reused"] == 0
+    chat = live_server.app.state.container.engine.engine.chat
+    frame = len(chat.assistant_header()) + len(chat.end_of_turn())
+    replies = {a["turn"]: a["token_span"] for a in artifacts(client, session_id) if a["kind"] == "assistant"}
+    whole = [int(t) for t, mode in receipt["replay_modes"].items() if mode == "verified"]
+    assert whole, receipt["replay_modes"]  # at least the replies before the target come out the same
+    saved = sum(replies[t][1] - replies[t][0] - frame for t in whole)
     # Verified tokens were computed too, in the pass that checked the recorded replies (docs/engines.md).
-    assert tokens["prefilled"] + tokens["decoded"] + tokens["verified"] == tokens["full_reset_estimate"], tokens
+    assert tokens["prefilled"] + tokens["decoded"] + tokens["verified"] + saved == tokens["full_reset_estimate"], (
+        tokens, saved,
+    )
