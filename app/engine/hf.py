@@ -279,7 +279,8 @@ class HFEngine(Generating):
         if not isinstance(state, HandleState) or state.owner is not self:
             raise ValueError(f"handle {handle.session_key!r} belongs to another engine")
         n = len(state.covered)
-        log = handle.tokens + closing if closing and n > len(handle.tokens) else handle.tokens
+        # Adopted only when the closing is exactly the chunk ahead: a longer one is one chunk with the reply.
+        log = handle.tokens + closing if closing and n == len(handle.tokens) + len(closing) else handle.tokens
         if log[:n] != state.covered:
             # The caller edited the log: the cache may stand only for the part both still agree on.
             common = next((i for i, (a, b) in enumerate(zip(handle.tokens, state.covered, strict=False)) if a != b), n)

@@ -116,6 +116,15 @@ async def test_a_draft_accepted_whole_is_the_closings_chunk(engine: HFEngine, ma
     assert handle.tokens == decoded_handle.tokens and engine.chunks(handle) == engine.chunks(decoded_handle)
     assert kv_equal(engine, handle, decoded_handle)
 
+    # A longer prefill than the chunk ahead (the end of turn and more) is one chunk with the reply, as after decoding.
+    more = [*end, *conversation(engine)[-3:]]
+    longer, plain = await engine.open(f"longer-{max_tokens}"), await engine.open(f"longer-plain-{max_tokens}")
+    for h, d in ((longer, reply), (plain, None)):
+        await engine.prefill(h, conversation(engine))
+        await engine.generate(h, sampling, draft=d)
+        assert (await engine.prefill(h, more)).prefilled == len(reply) + len(more)
+    assert engine.chunks(longer) == engine.chunks(plain) and kv_equal(engine, longer, plain)
+
     # The stop-string branch of a transition crops to the prompt and prefills another closing: the pass is dropped.
     other = await engine.open(f"cropped-{max_tokens}")
     await engine.prefill(other, conversation(engine))
